@@ -1,0 +1,129 @@
+// Package agent is the program that runs inside every sandbox (as PID 1 in
+// the local runtime, as the container's entry point on Kubernetes). It
+// serves, on one listener, the API of E2B's in-sandbox daemon envd:
+//
+//   - Connect RPC process.Process and filesystem.Filesystem, JSON and
+//     binary codecs, over HTTP/1.1 and h2c;
+//   - GET and POST /files;
+//   - GET /health.
+//
+// The host side reaches it through package agentclient; the E2B adapter
+// forwards SDK traffic to it unchanged. The agent imports nothing from the
+// host side of mcpbox.
+package agent
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/mcpbox/mcpbox/agent/filesystem"
+	"github.com/mcpbox/mcpbox/agent/process"
+	"github.com/mcpbox/mcpbox/gen/filesystempb/filesystempbconnect"
+	"github.com/mcpbox/mcpbox/gen/processpb/processpbconnect"
+)
+
+// Options configure the agent. The zero value serves as the current user.
+type Options struct {
+	// UID and GID are the identity user processes run as and uploaded
+	// files belong to. Default: the agent's own.
+	UID, GID int
+	// Home is the user's home directory, where relative file paths point.
+	Home string
+	// Cwd is the default working directory of processes.
+	Cwd string
+	// Env is the whole base environment of user processes; requests add to
+	// it. Nothing else from the agent's environment reaches them.
+	Env map[string]string
+	// Root confines the file API; default "/" (the sandbox root).
+	Root string
+	// MaxFileBytes caps one uploaded file; default 100 MiB.
+	MaxFileBytes int64
+	// Logger receives the agent's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Agent is the agent's HTTP handler and the state behind it.
+type Agent struct {
+	mux  *http.ServeMux
+	proc *process.Service
+}
+
+// New returns an Agent for opts (nil means defaults).
+func New(opts *Options) *Agent {
+	if opts == nil {
+		opts = &Options{}
+	}
+	o := *opts
+	if o.UID == 0 && o.GID == 0 && os.Geteuid() != 0 {
+		o.UID, o.GID = os.Geteuid(), os.Getegid()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	proc := process.New(&process.Options{
+		Uid:        uint32(o.UID),
+		Gid:        uint32(o.GID),
+		Env:        o.Env,
+		DefaultCwd: o.Cwd,
+		Logger:     o.Logger,
+	})
+	fs := filesystem.New(&filesystem.Options{
+		Root:         o.Root,
+		Home:         o.Home,
+		Uid:          o.UID,
+		Gid:          o.GID,
+		MaxFileBytes: o.MaxFileBytes,
+		Logger:       o.Logger,
+	})
+	mux := http.NewServeMux()
+	mux.Handle(processpbconnect.NewProcessHandler(proc))
+	mux.Handle(filesystempbconnect.NewFilesystemHandler(fs))
+	mux.Handle("/files", fs.FilesHandler())
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})
+	return &Agent{mux: mux, proc: proc}
+}
+
+func (a *Agent) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+
+// Close kills every process the agent started.
+func (a *Agent) Close() error {
+	a.proc.Close()
+	return nil
+}
+
+// Serve serves the agent on ln until ctx ends or SIGTERM arrives, then
+// stops its processes and returns nil.
+func Serve(ctx context.Context, ln net.Listener, opts *Options) error {
+	a := New(opts)
+	defer a.Close()
+	srv := &http.Server{Handler: a, ReadHeaderTimeout: 30 * time.Second}
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	a.Close()
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}

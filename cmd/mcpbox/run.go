@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	"github.com/mcpbox/mcpbox"
+	"github.com/mcpbox/mcpbox/agentclient"
+)
+
+// interpreters maps a language to the program and flag that run code
+// given on the command line.
+var interpreters = map[mcpbox.Language][2]string{
+	mcpbox.Python:     {"python3", "-c"},
+	mcpbox.JavaScript: {"node", "-e"},
+	mcpbox.Shell:      {"sh", "-c"},
+}
+
+func (m *Main) runCommand() *cobra.Command {
+	var (
+		lang, flavor, file string
+		timeout            time.Duration
+		envs               []string
+	)
+	cmd := &cobra.Command{
+		Use:   "run [flags] (CODE | --file F | -)",
+		Short: "Run code once in a new sandbox, then destroy it",
+		Long: `Run code once in a new sandbox: create it, run the code with python3 -c,
+node -e or sh -c, stream its stdout and stderr, destroy the sandbox and exit
+with the program's exit code (124 when it ran past --timeout, 125 when
+mcpbox itself failed).`,
+		Example: `  mcpbox run 'print(1+1)'
+  mcpbox run --language shell 'uname -a'
+  echo 'console.log(42)' | mcpbox run -l javascript -`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := mcpbox.ParseLanguage(lang)
+			if err != nil {
+				return err
+			}
+			code, err := m.readCode(args, file)
+			if err != nil {
+				return err
+			}
+			if err := mcpbox.ValidateTimeout(timeout); err != nil {
+				return err
+			}
+			fl, err := mcpbox.LookupFlavor(flavor)
+			if err != nil {
+				return err
+			}
+			env, err := parseEnv(envs)
+			if err != nil {
+				return err
+			}
+			interp := interpreters[l]
+			if err := checkInterpreter(interp[0]); err != nil {
+				return err
+			}
+			return m.runOnce(cmd.Context(), fl, env, timeout,
+				agentclient.Command{Cmd: interp[0], Args: []string{interp[1], code}})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&lang, "language", "l", "python", "python, javascript or shell")
+	f.StringVar(&flavor, "flavor", mcpbox.DefaultFlavor, "sandbox size: small, medium or large")
+	f.DurationVar(&timeout, "timeout", 30*time.Second, "kill the program after this long (at most 1h)")
+	f.StringArrayVarP(&envs, "env", "e", nil, "set an environment variable, K=V (repeatable)")
+	f.StringVarP(&file, "file", "f", "", "read the code from this file")
+	return cmd
+}
+
+// readCode takes the code from exactly one of: an argument, --file, or
+// standard input ("-").
+func (m *Main) readCode(args []string, file string) (string, error) {
+	switch {
+	case len(args) > 1:
+		return "", &usageError{fmt.Errorf("expected one CODE argument, got %d (quote the code)", len(args))}
+	case len(args) == 1 && file != "":
+		return "", &usageError{errors.New("give the code as an argument or with --file, not both")}
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", &usageError{fmt.Errorf("read --file: %w", err)}
+		}
+		return string(b), nil
+	case len(args) == 1 && args[0] == "-":
+		b, err := io.ReadAll(m.Stdin)
+		if err != nil {
+			return "", fmt.Errorf("read code from stdin: %w", err)
+		}
+		return string(b), nil
+	case len(args) == 1:
+		return args[0], nil
+	}
+	return "", &usageError{errors.New("no code: give CODE, --file F, or - to read standard input")}
+}
+
+func parseEnv(kvs []string) (map[string]string, error) {
+	env := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, mcpbox.Errorf(mcpbox.EINVALID, "--env %q: expected K=V", kv)
+		}
+		env[k] = v
+	}
+	return env, nil
+}
+
+// checkInterpreter looks for prog in the sandbox template, which is the
+// host's /usr.
+func checkInterpreter(prog string) error {
+	if _, err := exec.LookPath("/usr/bin/" + prog); err == nil {
+		return nil
+	}
+	if _, err := exec.LookPath("/usr/local/bin/" + prog); err == nil {
+		return nil
+	}
+	pkg := map[string]string{"python3": "python3", "node": "nodejs", "sh": "dash"}[prog]
+	return mcpbox.Errorf(mcpbox.EUNSUPPORTED, "%s is not installed in the sandbox template (the host's /usr)", prog).
+		WithSuggestion("install it on the host: apt-get install " + pkg)
+}
+
+// newID returns a random sandbox id: 20 lowercase letters and digits.
+func newID() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 20)
+	rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return string(b)
+}
+
+func (m *Main) runOnce(ctx context.Context, fl mcpbox.Flavor, env map[string]string, timeout time.Duration, c agentclient.Command) error {
+	rt, err := m.runtime()
+	if err != nil {
+		return err
+	}
+	sb, err := rt.Create(ctx, mcpbox.SandboxSpec{ID: newID(), Flavor: fl, Env: env})
+	if err != nil {
+		return err
+	}
+	// Destroy even when ctx was cancelled (Ctrl-C): nothing may be left.
+	defer rt.Destroy(context.WithoutCancel(ctx), sb.ID)
+
+	client := agentclient.New(sb.Endpoint)
+	defer client.Close()
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res, err := client.Run(rctx, c, m.Stdout, m.Stderr)
+	if err != nil {
+		if connect.CodeOf(err) == connect.CodeDeadlineExceeded || errors.Is(err, context.DeadlineExceeded) {
+			fmt.Fprintf(m.Stderr, "mcpbox: timed out after %s; the program was killed\n", timeout)
+			return &exitError{exitTimeout}
+		}
+		if ctx.Err() != nil {
+			return &exitError{130}
+		}
+		return fmt.Errorf("run in sandbox: %w", err)
+	}
+	if !res.Exited {
+		return &exitError{128 + signalNumber(res.Status)}
+	}
+	if res.ExitCode != 0 {
+		return &exitError{res.ExitCode}
+	}
+	return nil
+}
+
+// signalNumber recovers the signal from a status such as "signal: killed".
+func signalNumber(status string) int {
+	name := strings.TrimPrefix(status, "signal: ")
+	for s := syscall.Signal(1); s < 65; s++ {
+		if s.String() == name {
+			return int(s)
+		}
+	}
+	return int(syscall.SIGKILL)
+}

@@ -1,0 +1,124 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mcpbox/mcpbox/agent"
+	"github.com/mcpbox/mcpbox/internal/linux/seccomp"
+)
+
+// The descriptors the host hands the sandbox's PID 1 (see the package doc).
+const (
+	fdListener = 3
+	fdConfig   = 4
+	fdReady    = 5
+)
+
+// InitMain runs as PID 1 of a new sandbox: it builds the sandbox, reports
+// ready on fd 5 and serves the agent until told to stop. It never returns.
+func InitMain() {
+	ready := os.NewFile(fdReady, "ready")
+	report := func(v any) {
+		b, _ := json.Marshal(v)
+		ready.Write(append(b, '\n'))
+	}
+	cfg, ln, err := setup()
+	if err != nil {
+		report(map[string]string{"error": err.Error()})
+		os.Exit(1)
+	}
+	report(map[string]bool{"ok": true})
+	ready.Close()
+
+	env := map[string]string{
+		"PATH": DefaultPath,
+		"HOME": SandboxHome,
+		"LANG": "C.UTF-8",
+		"TERM": "xterm-256color",
+		"USER": "user",
+	}
+	if cfg.UID == 0 {
+		env["USER"] = "root"
+	}
+	maps.Copy(env, cfg.Env)
+	err = agent.Serve(context.Background(), ln, &agent.Options{
+		UID:  cfg.UID,
+		GID:  cfg.UID,
+		Home: SandboxHome,
+		Cwd:  Workspace,
+		Env:  env,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "agent:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func setup() (*initConfig, net.Listener, error) {
+	var cfg initConfig
+	cf := os.NewFile(fdConfig, "config")
+	if err := json.NewDecoder(cf).Decode(&cfg); err != nil {
+		return nil, nil, step("read config", err)
+	}
+	cf.Close()
+	lf := os.NewFile(fdListener, "agent.sock")
+	ln, err := net.FileListener(lf)
+	if err != nil {
+		return nil, nil, step("agent listener", err)
+	}
+	lf.Close()
+
+	root, err := buildRoot(cfg.Scratch, cfg.DiskBytes, cfg.UID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := pivot(root); err != nil {
+		return nil, nil, err
+	}
+	if err := step("sethostname", unix.Sethostname([]byte("sandbox"))); err != nil {
+		return nil, nil, err
+	}
+	if err := loopbackUp(); err != nil {
+		return nil, nil, err
+	}
+	if err := setRlimits(cfg); err != nil {
+		return nil, nil, err
+	}
+	if err := dropBoundingSet(); err != nil {
+		return nil, nil, err
+	}
+	if err := step("seccomp", seccomp.Install()); err != nil {
+		return nil, nil, err
+	}
+	return &cfg, ln, nil
+}
+
+// setRlimits is the second fence behind the cgroups (and the only one
+// without root). Children inherit the limits.
+func setRlimits(cfg initConfig) error {
+	limits := []struct {
+		name     string
+		resource int
+		value    uint64
+	}{
+		{"NOFILE", unix.RLIMIT_NOFILE, 8192},
+		{"FSIZE", unix.RLIMIT_FSIZE, uint64(cfg.DiskBytes)},
+		{"CORE", unix.RLIMIT_CORE, 0},
+		{"NPROC", unix.RLIMIT_NPROC, uint64(cfg.Pids)},
+	}
+	for _, l := range limits {
+		rl := unix.Rlimit{Cur: l.value, Max: l.value}
+		if err := unix.Setrlimit(l.resource, &rl); err != nil {
+			return step("setrlimit "+l.name, err)
+		}
+	}
+	return nil
+}

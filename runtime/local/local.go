@@ -1,0 +1,93 @@
+// Package local is the embedded default sandbox backend: it runs each
+// sandbox on this Linux machine with namespaces, cgroups and seccomp, and
+// needs no Docker engine, no KVM and nothing else installed.
+//
+// # How a sandbox starts
+//
+// The host side (Runtime.Create) creates the sandbox directory and a Unix
+// socket listening in it, then re-executes the mcpbox binary through
+// /proc/self/exe in new user, pid, mount, net, uts, ipc and cgroup
+// namespaces, handing it three file descriptors:
+//
+//	fd 3  the agent's listening socket (nothing inside can open it by path)
+//	fd 4  the sandbox configuration, JSON; written only after the child was
+//	      placed in its cgroups, so it also means "go"
+//	fd 5  the readiness report: {"ok":true} or {"error":"<step>: <cause>"}
+//
+// The child (InitMain, PID 1 of the new pid namespace) builds the sandbox
+// root — a size-limited tmpfs holding an overlay's lower, upper and work
+// directories, read-only binds of the host's /usr and a few /etc files, a
+// fresh /proc with sensitive files masked, a minimal /dev — pivots into it,
+// brings up lo, sets rlimits, drops its capability bounding set, sets
+// no_new_privs and installs the seccomp filter for itself and every future
+// child, reports ready and becomes the agent.
+//
+// # Layout on the host
+//
+//	$MCPBOX_HOME/sessions/<id>/agent.sock     the agent's socket
+//	$MCPBOX_HOME/sessions/<id>/sandbox.json   what Destroy and List need after a restart
+//	$MCPBOX_HOME/sessions/<id>/agent.log      the agent's stderr
+//	$MCPBOX_HOME/sessions/<id>/rootfs/        mount point of the sandbox's tmpfs
+//	                                          (mounted only inside the sandbox)
+//
+// Without root the same path runs through an unprivileged user namespace
+// with one uid mapped: there are no cgroup limits, only rlimits, and user
+// code runs as the mapped uid (root inside, without capabilities).
+package local
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+)
+
+// InitArg is the hidden first argument that makes the mcpbox binary run as
+// a sandbox's PID 1 (see InitMain). main and TestMain check for it before
+// anything else.
+const InitArg = "__mcpbox-sandbox-init"
+
+// Options configure a Runtime. The zero value is usable.
+type Options struct {
+	// Home is the state directory ($MCPBOX_HOME); default DefaultHome().
+	Home string
+	// Exe is the binary re-executed as the agent; default /proc/self/exe,
+	// which works even when the binary's directory is not readable by the
+	// sandbox's mapped uid (go test and go run build into 0700 dirs).
+	Exe string
+	// UIDBase is the host uid (and gid) that root inside a sandbox maps to
+	// when mcpbox runs as root; 65536 ids from there are mapped. Default
+	// 100000, the usual start of subordinate ids.
+	UIDBase int
+	// CgroupParent is the cgroup every sandbox's group is created under;
+	// default "mcpbox".
+	CgroupParent string
+	// Logger receives debug logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultHome is /var/lib/mcpbox as root and ~/.local/share/mcpbox
+// otherwise, unless $MCPBOX_HOME says where.
+func DefaultHome() string {
+	if h := os.Getenv("MCPBOX_HOME"); h != "" {
+		return h
+	}
+	if os.Geteuid() == 0 {
+		return "/var/lib/mcpbox"
+	}
+	if d, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(d, ".local", "share", "mcpbox")
+	}
+	return filepath.Join(os.TempDir(), "mcpbox")
+}
+
+// SandboxUID is the uid user code runs as inside a sandbox when mcpbox runs
+// as root; SandboxHome is its home.
+const (
+	SandboxUID  = 1000
+	SandboxHome = "/home/user"
+	// Workspace is the default working directory of user code.
+	Workspace = "/workspace"
+)
+
+// DefaultPath is PATH inside the sandbox.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -1,0 +1,332 @@
+package local
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// stepError names the setup step that failed, so a broken sandbox says
+// "pivot_root: operation not permitted", never "exit status 1".
+type stepError struct {
+	step string
+	err  error
+}
+
+func (e *stepError) Error() string { return e.step + ": " + e.err.Error() }
+func (e *stepError) Unwrap() error { return e.err }
+
+func step(name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &stepError{name, err}
+}
+
+func mount(source, target, fstype string, flags uintptr, data string) error {
+	return step(fmt.Sprintf("mount %s on %s", fstype+source, target), unix.Mount(source, target, fstype, flags, data))
+}
+
+// Host paths bound read-only into every sandbox. /usr is the system; the
+// /etc entries are what the dynamic loader, TLS and Python need.
+var (
+	usrDirs  = []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"}
+	etcBinds = []string{"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "ssl",
+		"ca-certificates", "python3", "python3.11", "mime.types", "os-release", "localtime"}
+	// Masked like runc does: kernel memory, keys and timers reveal the host.
+	procMasked   = []string{"kcore", "keys", "key-users", "timer_list", "sched_debug", "latency_stats", "kallsyms", "kpagecount", "kpageflags", "kpagecgroup", "config.gz"}
+	procMaskDirs = []string{"acpi", "scsi", "asound", "driver"}
+	procReadOnly = []string{"sys", "sysrq-trigger", "irq", "bus", "fs"}
+	devNodes     = []string{"null", "zero", "full", "random", "urandom", "tty"}
+)
+
+// buildRoot assembles the sandbox root under scratch and returns its path.
+// scratch becomes a tmpfs of diskBytes: the overlay's upper dir lives in
+// it, so everything the sandbox writes (/workspace, /tmp, $HOME, pip
+// installs) shares that one limit.
+func buildRoot(scratch string, diskBytes int64, uid int) (string, error) {
+	if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return "", err
+	}
+	inodes := max(diskBytes/8192, 4096)
+	if err := mount("tmpfs", scratch, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
+		fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755", diskBytes, inodes)); err != nil {
+		return "", err
+	}
+	lower, upper, work, root := filepath.Join(scratch, "lower"), filepath.Join(scratch, "upper"),
+		filepath.Join(scratch, "work"), filepath.Join(scratch, "root")
+	for _, d := range []string{lower, upper, work, root} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return "", step("mkdir", err)
+		}
+	}
+	if err := buildLower(lower, uid); err != nil {
+		return "", err
+	}
+	if err := mount("overlay", root, "overlay", unix.MS_NOSUID|unix.MS_NODEV,
+		fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)); err != nil {
+		return "", err
+	}
+	for _, d := range usrDirs {
+		src := "/" + d
+		fi, err := os.Lstat(src)
+		if err != nil || fi.Mode()&os.ModeSymlink != 0 || !fi.IsDir() {
+			continue // a merged-/usr symlink, recreated in buildLower
+		}
+		if err := bindReadOnly(src, filepath.Join(root, d)); err != nil {
+			return "", err
+		}
+	}
+	for _, e := range etcBinds {
+		src := filepath.Join("/etc", e)
+		if _, err := os.Stat(src); err != nil {
+			continue
+		}
+		if err := bindReadOnly(src, filepath.Join(root, "etc", e)); err != nil {
+			return "", err
+		}
+	}
+	if err := mountProc(filepath.Join(root, "proc")); err != nil {
+		return "", err
+	}
+	if err := mountDev(filepath.Join(root, "dev")); err != nil {
+		return "", err
+	}
+	return root, nil
+}
+
+// buildLower writes the skeleton every sandbox starts from: mount points,
+// merged-/usr symlinks, and a minimal /etc with the sandbox's users.
+func buildLower(lower string, uid int) error {
+	dirs := map[string]os.FileMode{
+		"etc": 0o755, "home": 0o755, "root": 0o700, "proc": 0o555, "dev": 0o755,
+		"tmp": 0o1777 | os.ModeSticky, "var": 0o755, "var/tmp": 0o1777 | os.ModeSticky,
+		"opt": 0o755, "run": 0o755, "mnt": 0o755, "usr": 0o755,
+	}
+	for d, mode := range dirs {
+		p := filepath.Join(lower, d)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return step("mkdir "+d, err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			return step("chmod "+d, err)
+		}
+	}
+	for _, d := range []string{SandboxHome, Workspace} {
+		p := filepath.Join(lower, d)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return step("mkdir "+d, err)
+		}
+		if err := os.Chown(p, uid, uid); err != nil {
+			return step("chown "+d, err)
+		}
+	}
+	for _, d := range usrDirs[1:] {
+		src := "/" + d
+		fi, err := os.Lstat(src)
+		if err != nil {
+			continue
+		}
+		dst := filepath.Join(lower, d)
+		if fi.Mode()&os.ModeSymlink != 0 {
+			target, err := os.Readlink(src)
+			if err != nil {
+				return step("readlink "+src, err)
+			}
+			if err := os.Symlink(target, dst); err != nil {
+				return step("symlink "+d, err)
+			}
+		} else if err := os.Mkdir(dst, 0o755); err != nil {
+			return step("mkdir "+d, err)
+		}
+	}
+	for _, e := range etcBinds {
+		fi, err := os.Stat(filepath.Join("/etc", e))
+		if err != nil {
+			continue
+		}
+		p := filepath.Join(lower, "etc", e)
+		if fi.IsDir() {
+			err = os.Mkdir(p, 0o755)
+		} else {
+			err = os.WriteFile(p, nil, 0o644)
+		}
+		if err != nil {
+			return step("create mount point /etc/"+e, err)
+		}
+	}
+	u := strconv.Itoa(uid)
+	files := map[string]string{
+		"etc/passwd": "root:x:0:0:root:/root:/bin/bash\n" +
+			"user:x:" + u + ":" + u + ":user:" + SandboxHome + ":/bin/bash\n" +
+			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+		"etc/group":         "root:x:0:\nuser:x:" + u + ":\nnogroup:x:65534:\n",
+		"etc/hosts":         "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+		"etc/hostname":      "sandbox\n",
+		"etc/resolv.conf":   "# This sandbox has no network of its own.\n",
+		"etc/nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n",
+	}
+	if uid == 0 { // rootless: one uid, so "user" would shadow root
+		files["etc/passwd"] = "root:x:0:0:root:" + SandboxHome + ":/bin/bash\n" +
+			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+		files["etc/group"] = "root:x:0:\nnogroup:x:65534:\n"
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(lower, name), []byte(content), 0o644); err != nil {
+			return step("write /"+name, err)
+		}
+	}
+	return nil
+}
+
+// bindReadOnly binds src on dst and remounts it read-only. Inside a user
+// namespace the remount must keep the flags the kernel locked on the
+// source mount (nosuid, nodev, noexec, atime), or it fails with EPERM.
+func bindReadOnly(src, dst string) error {
+	if err := mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return err
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dst, &st); err != nil {
+		return step("statfs "+dst, err)
+	}
+	flags := uintptr(unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID) | lockedFlags(st.Flags)
+	return mount("", dst, "", flags, "")
+}
+
+func lockedFlags(f int64) uintptr {
+	var out uintptr
+	for st, ms := range map[int64]uintptr{
+		unix.ST_NODEV: unix.MS_NODEV, unix.ST_NOEXEC: unix.MS_NOEXEC,
+		unix.ST_NOATIME: unix.MS_NOATIME, unix.ST_NODIRATIME: unix.MS_NODIRATIME,
+		unix.ST_RELATIME: unix.MS_RELATIME,
+	} {
+		if f&st != 0 {
+			out |= ms
+		}
+	}
+	return out
+}
+
+// mountProc mounts a proc of the sandbox's own pid namespace and hides
+// what it would reveal about the host.
+func mountProc(dir string) error {
+	if err := mount("proc", dir, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return err
+	}
+	for _, f := range procMasked {
+		p := filepath.Join(dir, f)
+		if _, err := os.Lstat(p); err != nil {
+			continue
+		}
+		if err := mount("/dev/null", p, "", unix.MS_BIND, ""); err != nil {
+			return err
+		}
+	}
+	for _, d := range procMaskDirs {
+		p := filepath.Join(dir, d)
+		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
+			continue
+		}
+		if err := mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0"); err != nil {
+			return err
+		}
+	}
+	for _, d := range procReadOnly {
+		p := filepath.Join(dir, d)
+		if _, err := os.Lstat(p); err != nil {
+			continue
+		}
+		if err := bindReadOnly(p, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mountDev builds a minimal /dev: a few host device nodes bound in (a user
+// namespace cannot mknod), a private devpts, and a small /dev/shm.
+func mountDev(dir string) error {
+	if err := mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755"); err != nil {
+		return err
+	}
+	for _, n := range devNodes {
+		p := filepath.Join(dir, n)
+		if err := os.WriteFile(p, nil, 0o666); err != nil {
+			return step("create /dev/"+n, err)
+		}
+		if err := mount("/dev/"+n, p, "", unix.MS_BIND, ""); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{"pts", "shm"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			return step("mkdir /dev/"+d, err)
+		}
+	}
+	if err := mount("devpts", filepath.Join(dir, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC,
+		"newinstance,ptmxmode=0666,mode=0620"); err != nil {
+		return err
+	}
+	if err := mount("tmpfs", filepath.Join(dir, "shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
+		"size=64m,mode=1777"); err != nil {
+		return err
+	}
+	links := map[string]string{"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
+		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"}
+	for name, target := range links {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			return step("symlink /dev/"+name, err)
+		}
+	}
+	return nil
+}
+
+// pivot makes root the filesystem root and detaches the host's.
+func pivot(root string) error {
+	if err := step("chdir new root", unix.Chdir(root)); err != nil {
+		return err
+	}
+	// pivot_root(".", ".") stacks the old root on the new one, so no
+	// directory for it is needed inside the sandbox (as runc does).
+	if err := step("pivot_root", unix.PivotRoot(".", ".")); err != nil {
+		return err
+	}
+	if err := step("detach old root", unix.Unmount(".", unix.MNT_DETACH)); err != nil {
+		return err
+	}
+	return step("chdir /", unix.Chdir("/"))
+}
+
+// loopbackUp brings lo up: the network namespace has nothing else.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return step("socket for lo", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return step("ifreq lo", err)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return step("get lo flags", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return step("bring lo up", unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr))
+}
+
+// dropBoundingSet empties the capability bounding set, so nothing exec'd
+// from here can hold a capability again, whatever its uid.
+func dropBoundingSet() error {
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return step("drop capability "+strconv.Itoa(c), err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,503 @@
+package local
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/mcpbox/mcpbox"
+	"github.com/mcpbox/mcpbox/internal/linux/cgroup"
+)
+
+// Runtime runs sandboxes on this machine. It is safe for concurrent use.
+type Runtime struct {
+	home     string
+	exe      string
+	uidBase  int
+	cgParent string
+	rootless bool
+	log      *slog.Logger
+
+	mu   sync.Mutex
+	live map[string]*child // sandboxes this process started and must reap
+}
+
+var _ mcpbox.Runtime = (*Runtime)(nil)
+
+// child is a sandbox agent started by this process: done closes once it
+// has been reaped.
+type child struct {
+	pid  int
+	done chan struct{}
+}
+
+// New returns a Runtime storing its state under opts.Home.
+func New(opts *Options) (*Runtime, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	r := &Runtime{
+		home:     opts.Home,
+		exe:      opts.Exe,
+		uidBase:  opts.UIDBase,
+		cgParent: opts.CgroupParent,
+		rootless: os.Geteuid() != 0,
+		log:      opts.Logger,
+		live:     map[string]*child{},
+	}
+	if r.home == "" {
+		r.home = DefaultHome()
+	}
+	if r.exe == "" {
+		r.exe = "/proc/self/exe"
+	}
+	if r.uidBase == 0 {
+		r.uidBase = 100000
+	}
+	if r.cgParent == "" {
+		r.cgParent = "mcpbox"
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	// 0711: the sandbox's mapped uid must be able to walk to its own
+	// rootfs mount point, but nobody may list the sandboxes.
+	if err := os.MkdirAll(r.sessionsDir(), 0o711); err != nil {
+		return nil, fmt.Errorf("local runtime: create state directory: %w", err)
+	}
+	for _, d := range []string{r.home, r.sessionsDir()} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			return nil, fmt.Errorf("local runtime: chmod %s: %w", d, err)
+		}
+	}
+	return r, nil
+}
+
+// Rootless reports whether sandboxes run without root: one mapped uid and
+// no cgroup limits.
+func (r *Runtime) Rootless() bool { return r.rootless }
+
+// Home returns the state directory.
+func (r *Runtime) Home() string { return r.home }
+
+func (r *Runtime) sessionsDir() string         { return filepath.Join(r.home, "sessions") }
+func (r *Runtime) dir(id string) string        { return filepath.Join(r.sessionsDir(), id) }
+func (r *Runtime) cgroupName(id string) string { return r.cgParent + "/" + id }
+
+// state is sandbox.json: what a later mcpbox process needs to find and
+// destroy a sandbox it did not start.
+type state struct {
+	mcpbox.Sandbox
+	// StartTime is the agent's start time in clock ticks since boot
+	// (/proc/<pid>/stat field 22): a pid alone may have been reused.
+	StartTime uint64 `json:"start_time"`
+}
+
+// initConfig is what the host sends the sandbox's PID 1 on fd 4.
+type initConfig struct {
+	ID        string            `json:"id"`
+	Scratch   string            `json:"scratch"` // host path the sandbox's tmpfs is mounted on
+	DiskBytes int64             `json:"disk_bytes"`
+	Pids      int64             `json:"pids"`
+	UID       int               `json:"uid"` // user code's uid (and gid) inside
+	Env       map[string]string `json:"env"`
+}
+
+// Create starts a sandbox and returns once its agent answers /health.
+func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbox.Sandbox, err error) {
+	if err := mcpbox.ValidateID(spec.ID); err != nil {
+		return nil, err
+	}
+	if spec.Flavor.Name == "" {
+		if spec.Flavor, err = mcpbox.LookupFlavor(""); err != nil {
+			return nil, err
+		}
+	}
+	if err := spec.Flavor.Validate(); err != nil {
+		return nil, err
+	}
+	for k := range spec.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, mcpbox.Errorf(mcpbox.EINVALID, "invalid environment variable name %q", k)
+		}
+	}
+	fail := func(step string, err error) error {
+		return mcpbox.Errorf(mcpbox.ECREATE, "create sandbox %s: %s", spec.ID, step).Wrap(err)
+	}
+
+	dir := r.dir(spec.ID)
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, mcpbox.Errorf(mcpbox.EINVALID, "sandbox %s already exists", spec.ID)
+		}
+		return nil, fail("mkdir", err)
+	}
+	var started *child
+	var cg *cgroup.Group
+	defer func() {
+		if err != nil {
+			r.teardown(spec.ID, started, cg)
+		}
+	}()
+
+	scratch := filepath.Join(dir, "rootfs")
+	if err := os.Mkdir(scratch, 0o700); err != nil {
+		return nil, fail("mkdir rootfs", err)
+	}
+	if !r.rootless {
+		if err := os.Chown(scratch, r.uidBase, r.uidBase); err != nil {
+			return nil, fail("chown rootfs", err)
+		}
+	}
+
+	sockPath := filepath.Join(dir, "agent.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sockPath, Net: "unix"})
+	if err != nil {
+		return nil, fail("listen on agent socket", err)
+	}
+	ln.SetUnlinkOnClose(false)
+	lnFile, err := ln.File()
+	ln.Close()
+	if err != nil {
+		return nil, fail("agent socket fd", err)
+	}
+	defer lnFile.Close()
+	if err := os.Chmod(sockPath, 0o600); err != nil {
+		return nil, fail("chmod agent socket", err)
+	}
+
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return nil, fail("pipe", err)
+	}
+	defer cfgW.Close()
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		cfgR.Close()
+		return nil, fail("pipe", err)
+	}
+	defer readyR.Close()
+	logFile, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		cfgR.Close()
+		readyW.Close()
+		return nil, fail("open agent log", err)
+	}
+	defer logFile.Close()
+
+	cmd := &exec.Cmd{
+		Path:       r.exe,
+		Args:       []string{"mcpbox", InitArg},
+		Env:        []string{"PATH=" + DefaultPath},
+		Dir:        "/",
+		Stdout:     logFile,
+		Stderr:     logFile,
+		ExtraFiles: []*os.File{lnFile, cfgR, readyW},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
+				syscall.CLONE_NEWNET | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWCGROUP,
+			Setsid: true,
+		},
+	}
+	uid := SandboxUID
+	if r.rootless {
+		uid = 0
+		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
+		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
+	} else {
+		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: r.uidBase, Size: 65536}}
+		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: r.uidBase, Size: 65536}}
+		cmd.SysProcAttr.GidMappingsEnableSetgroups = true
+	}
+	err = cmd.Start()
+	cfgR.Close()
+	readyW.Close()
+	if err != nil {
+		return nil, fail("start agent (clone with new namespaces)", err)
+	}
+	started = &child{pid: cmd.Process.Pid, done: make(chan struct{})}
+	r.mu.Lock()
+	r.live[spec.ID] = started
+	r.mu.Unlock()
+	go func() {
+		cmd.Wait()
+		close(started.done)
+		r.mu.Lock()
+		if r.live[spec.ID] == started {
+			delete(r.live, spec.ID)
+		}
+		r.mu.Unlock()
+	}()
+
+	if !r.rootless {
+		cg, err = cgroup.New(r.cgroupName(spec.ID), cgroup.Limits{
+			CPUs:        spec.Flavor.CPUs,
+			MemoryBytes: spec.Flavor.MemoryBytes,
+			Pids:        spec.Flavor.Pids,
+		})
+		if err != nil {
+			return nil, fail("cgroups", err)
+		}
+		if err := cg.Add(started.pid); err != nil {
+			return nil, fail("join cgroups", err)
+		}
+	}
+
+	cfg := initConfig{ID: spec.ID, Scratch: scratch, DiskBytes: spec.Flavor.DiskBytes,
+		Pids: spec.Flavor.Pids, UID: uid, Env: spec.Env}
+	if err := json.NewEncoder(cfgW).Encode(cfg); err != nil {
+		return nil, fail("send config", err)
+	}
+	cfgW.Close()
+
+	if err := waitReady(ctx, readyR, started.done); err != nil {
+		if tail := tailFile(filepath.Join(dir, "agent.log"), 2048); tail != "" {
+			err = fmt.Errorf("%w (agent log: %s)", err, tail)
+		}
+		return nil, fail("sandbox setup", err)
+	}
+
+	sb := &mcpbox.Sandbox{
+		ID:       spec.ID,
+		Flavor:   spec.Flavor,
+		Created:  time.Now().UTC(),
+		Endpoint: mcpbox.Endpoint{Network: "unix", Address: sockPath},
+		PID:      started.pid,
+		Rootless: r.rootless,
+	}
+	st := state{Sandbox: *sb}
+	st.StartTime, _ = procStartTime(started.pid)
+	if err := writeJSON(filepath.Join(dir, "sandbox.json"), st); err != nil {
+		return nil, fail("write sandbox.json", err)
+	}
+	if err := Health(ctx, sb.Endpoint); err != nil {
+		return nil, fail("agent health check", err)
+	}
+	r.log.Debug("sandbox created", "session", spec.ID, "pid", started.pid)
+	return sb, nil
+}
+
+// waitReady reads the child's readiness report, or notices that it died.
+func waitReady(ctx context.Context, ready *os.File, died <-chan struct{}) error {
+	type report struct {
+		OK    bool   `json:"ok"`
+		Error string `json:"error"`
+	}
+	got := make(chan error, 1)
+	go func() {
+		var rep report
+		line, err := bufio.NewReader(ready).ReadBytes('\n')
+		switch {
+		case len(line) == 0 && err != nil:
+			got <- errors.New("the sandbox exited during setup")
+		case json.Unmarshal(line, &rep) != nil:
+			got <- fmt.Errorf("unreadable readiness report %q", line)
+		case rep.Error != "":
+			got <- errors.New(rep.Error)
+		case !rep.OK:
+			got <- errors.New("the sandbox did not report ready")
+		default:
+			got <- nil
+		}
+	}()
+	select {
+	case err := <-got:
+		return err
+	case <-ctx.Done():
+		// Closing our end unblocks the reader once the child is killed.
+		return ctx.Err()
+	}
+}
+
+// Health asks the agent at ep for GET /health.
+func Health(ctx context.Context, ep mcpbox.Endpoint) error {
+	c := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, ep.Network, ep.Address)
+		},
+		DisableKeepAlives: true,
+	}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/health", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("GET /health: %s", resp.Status)
+	}
+	return nil
+}
+
+// Destroy kills every process in the sandbox, removes its cgroups and its
+// directory. It works for sandboxes started by an earlier mcpbox process,
+// and for ones whose agent is already dead.
+func (r *Runtime) Destroy(ctx context.Context, id string) error {
+	if err := mcpbox.ValidateID(id); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	c := r.live[id]
+	r.mu.Unlock()
+	var cg *cgroup.Group
+	if !r.rootless {
+		if g, err := cgroup.Load(r.cgroupName(id)); err == nil {
+			cg = g
+		}
+	}
+	if c == nil {
+		if st, err := readState(filepath.Join(r.dir(id), "sandbox.json")); err == nil && st.PID > 0 {
+			if t, err := procStartTime(st.PID); err == nil && t == st.StartTime {
+				c = &child{pid: st.PID}
+			}
+		}
+	}
+	return r.teardown(id, c, cg)
+}
+
+// teardown is Destroy's work: kill, reap, remove. Each step runs even when
+// an earlier one failed; the first error is returned.
+func (r *Runtime) teardown(id string, c *child, cg *cgroup.Group) error {
+	var errs []error
+	if c != nil {
+		// Killing PID 1 of a pid namespace kills everything in it.
+		if err := syscall.Kill(c.pid, syscall.SIGKILL); err != nil && err != syscall.ESRCH {
+			errs = append(errs, fmt.Errorf("kill agent %d: %w", c.pid, err))
+		}
+		if c.done != nil {
+			select {
+			case <-c.done:
+			case <-time.After(10 * time.Second):
+				errs = append(errs, fmt.Errorf("agent %d did not exit", c.pid))
+			}
+		} else {
+			waitGone(c.pid, 10*time.Second)
+		}
+	}
+	if cg != nil {
+		if err := cg.Kill(); err != nil {
+			errs = append(errs, err)
+		}
+		if err := cg.Delete(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.RemoveAll(r.dir(id)); err != nil {
+		errs = append(errs, fmt.Errorf("remove sandbox directory: %w", err))
+	}
+	if len(errs) > 0 {
+		return mcpbox.Errorf(mcpbox.EINTERNAL, "destroy sandbox %s", id).Wrap(errors.Join(errs...))
+	}
+	r.log.Debug("sandbox destroyed", "session", id)
+	return nil
+}
+
+// List returns the sandboxes recorded under the state directory, live or
+// not; a sandbox whose agent is gone has PID 0.
+func (r *Runtime) List(ctx context.Context) ([]*mcpbox.Sandbox, error) {
+	ents, err := os.ReadDir(r.sessionsDir())
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	var out []*mcpbox.Sandbox
+	for _, e := range ents {
+		st, err := readState(filepath.Join(r.sessionsDir(), e.Name(), "sandbox.json"))
+		if err != nil {
+			continue // being created, or left half-made: Destroy handles it
+		}
+		if t, err := procStartTime(st.PID); err != nil || t != st.StartTime {
+			st.PID = 0
+		}
+		sb := st.Sandbox
+		out = append(out, &sb)
+	}
+	return out, nil
+}
+
+func readState(path string) (*state, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var st state
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &st, nil
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// procStartTime reads field 22 of /proc/<pid>/stat.
+func procStartTime(pid int) (uint64, error) {
+	if pid <= 0 {
+		return 0, errors.New("no pid")
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; fields resume after ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, errors.New("malformed stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0, errors.New("malformed stat")
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+func waitGone(pid int, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if err := syscall.Kill(pid, 0); err == syscall.ESRCH {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func tailFile(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > n {
+		f.Seek(-n, io.SeekEnd)
+	}
+	b, _ := io.ReadAll(f)
+	return strings.TrimSpace(string(b))
+}
