@@ -6,3 +6,17 @@ require (
 	connectrpc.com/connect v1.21.1
 	google.golang.org/protobuf v1.36.11
 )
+
+require (
+	github.com/containerd/cgroups/v3 v3.1.3 // indirect
+	github.com/cyphar/filepath-securejoin v0.7.0 // indirect
+	github.com/elastic/go-seccomp-bpf v1.4.0 // indirect
+	github.com/fsnotify/fsnotify v1.10.1 // indirect
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/moby/sys/userns v0.1.0 // indirect
+	github.com/opencontainers/runtime-spec v1.3.0 // indirect
+	github.com/spf13/cobra v1.10.2 // indirect
+	github.com/spf13/pflag v1.0.9 // indirect
+	golang.org/x/net v0.2.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)

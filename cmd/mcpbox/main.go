@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -76,7 +77,7 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		fmt.Fprintln(m.Stderr, "  hint:", s)
 	}
 	var ue *usageError
-	if errors.As(err, &ue) || mcpbox.ErrorCode(err) == mcpbox.EINVALID {
+	if errors.As(err, &ue) || mcpbox.ErrorCode(err) == mcpbox.EINVALID || isCobraUsage(err) {
 		return exitUsage
 	}
 	return exitInternal
@@ -100,4 +101,16 @@ func (m *Main) rootCommand() *cobra.Command {
 // runtime opens the local runtime under the configured home.
 func (m *Main) runtime() (*local.Runtime, error) {
 	return local.New(&local.Options{Home: m.Home})
+}
+
+// isCobraUsage recognises the argument errors cobra itself returns, which
+// carry no type of their own.
+func isCobraUsage(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "accepts ", "requires at least", "unknown flag", "unknown shorthand"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }

@@ -4,6 +4,7 @@ package testutil
 import (
 	"crypto/rand"
 	"os"
+	"sync"
 	"testing"
 )
 
@@ -16,7 +17,12 @@ func RequireRoot(t testing.TB) {
 	}
 }
 
-// ID returns a fresh random sandbox id.
+var (
+	idsMu sync.Mutex
+	ids   []string
+)
+
+// ID returns a fresh random sandbox id, remembered for CheckLeaks.
 func ID() string {
 	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 	b := make([]byte, 16)
@@ -24,7 +30,11 @@ func ID() string {
 	for i := range b {
 		b[i] = alphabet[int(b[i])%len(alphabet)]
 	}
-	return "t" + string(b)
+	id := "t" + string(b)
+	idsMu.Lock()
+	ids = append(ids, id)
+	idsMu.Unlock()
+	return id
 }
 
 // Home returns a fresh mcpbox state directory for t. It sits under /tmp,

@@ -54,6 +54,9 @@ func InitMain() {
 		Home: SandboxHome,
 		Cwd:  Workspace,
 		Env:  env,
+		// Nothing larger than the disk can be stored anyway; saying 413
+		// up front beats a 507 halfway through.
+		MaxFileBytes: cfg.DiskBytes,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agent:", err)

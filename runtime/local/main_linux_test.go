@@ -1,8 +1,11 @@
 package local_test
 
 import (
+	"fmt"
 	"os"
 	"testing"
+
+	"github.com/mcpbox/mcpbox/internal/testutil"
 
 	"github.com/mcpbox/mcpbox/runtime/local"
 )
@@ -13,5 +16,14 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == local.InitArg {
 		local.InitMain()
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	// After the whole suite: nothing of any sandbox may be left.
+	if leaks := testutil.CheckLeaks(); len(leaks) > 0 {
+		fmt.Fprintln(os.Stderr, "FAIL: sandboxes left things behind:")
+		for _, l := range leaks {
+			fmt.Fprintln(os.Stderr, "  ", l)
+		}
+		code = 1
+	}
+	os.Exit(code)
 }

@@ -214,6 +214,10 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 			Setsid: true,
 		},
 	}
+	// A new user namespace does not change the process's own uid: it must
+	// become root of the namespace (setuid(0) after the maps are written)
+	// or exec would drop every capability it has there.
+	cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: r.rootless}
 	uid := SandboxUID
 	if r.rootless {
 		uid = 0
