@@ -7,6 +7,8 @@ import (
 	"maps"
 	"net"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -34,6 +36,8 @@ func InitMain() {
 		report(map[string]string{"error": err.Error()})
 		os.Exit(1)
 	}
+	// Past RLIMIT_FSIZE a write fails with EFBIG instead of killing PID 1.
+	signal.Ignore(syscall.SIGXFSZ)
 	report(map[string]bool{"ok": true})
 	ready.Close()
 

@@ -1,0 +1,241 @@
+package filesystem
+
+import (
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// FilesHandler serves envd's file routes:
+//
+//	GET  /files?path=P            the file's bytes (gzip when accepted)
+//	POST /files?path=P            multipart field "file" (one or more) or
+//	                              an application/octet-stream body
+//
+// Errors are JSON {code, message}: 400 bad path, 404 missing, 413 above
+// MaxFileBytes, 507 when the sandbox's disk is full.
+func (s *Service) FilesHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u := r.URL.Query().Get("username"); u != "" && u != "user" && u != "root" {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown user %q: use user or root", u))
+			return
+		}
+		switch r.Method {
+		case http.MethodGet, http.MethodHead:
+			s.download(w, r)
+		case http.MethodPost:
+			s.upload(w, r)
+		default:
+			w.Header().Set("Allow", "GET, HEAD, POST")
+			writeError(w, http.StatusMethodNotAllowed, r.Method+" is not allowed on /files")
+		}
+	})
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(map[string]any{"code": code, "message": msg})
+}
+
+func (s *Service) download(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.Query().Get("path")
+	p, _, err := s.resolve(path)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		if os.IsNotExist(err) {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("%s: no such file", path))
+		} else {
+			writeError(w, http.StatusInternalServerError, fmt.Sprintf("%s: %v", path, err))
+		}
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	if fi.IsDir() {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s is a directory: list it with ListDir", path))
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": filepath.Base(p)}))
+	if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+		h.Set("Content-Encoding", "gzip")
+		if r.Method == http.MethodHead {
+			return
+		}
+		gz := gzip.NewWriter(w)
+		io.Copy(gz, f)
+		gz.Close()
+		return
+	}
+	h.Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
+	if r.Method != http.MethodHead {
+		io.Copy(w, f)
+	}
+}
+
+// uploaded is one entry of the upload reply.
+type uploaded struct {
+	Path string `json:"path"`
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
+// uploadError carries the HTTP status of a failed write.
+type uploadError struct {
+	status int
+	msg    string
+}
+
+func (e *uploadError) Error() string { return e.msg }
+
+func (s *Service) upload(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.Query().Get("path")
+	if r.ContentLength > s.opts.MaxFileBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, s.tooLarge(path))
+		return
+	}
+	var out []uploaded
+	var err error
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if mt == "multipart/form-data" {
+		out, err = s.uploadMultipart(r, path)
+	} else {
+		if path == "" {
+			writeError(w, http.StatusBadRequest, "path is required for an octet-stream upload")
+			return
+		}
+		var u *uploaded
+		u, err = s.write(path, r.Body)
+		if u != nil {
+			out = append(out, *u)
+		}
+	}
+	if err != nil {
+		var ue *uploadError
+		if errors.As(err, &ue) {
+			writeError(w, ue.status, ue.msg)
+		} else {
+			writeError(w, http.StatusInternalServerError, err.Error())
+		}
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(out)
+}
+
+func (s *Service) uploadMultipart(r *http.Request, path string) ([]uploaded, error) {
+	mr, err := r.MultipartReader()
+	if err != nil {
+		return nil, &uploadError{http.StatusBadRequest, "bad multipart body: " + err.Error()}
+	}
+	var out []uploaded
+	for {
+		part, err := mr.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return out, &uploadError{http.StatusBadRequest, "bad multipart body: " + err.Error()}
+		}
+		if part.FormName() != "file" {
+			continue
+		}
+		dest := path
+		if dest == "" || strings.HasSuffix(dest, "/") || s.isDir(dest) {
+			name := filepath.Base(part.FileName())
+			if name == "." || name == "/" || name == "" {
+				return out, &uploadError{http.StatusBadRequest, "a multipart file without a file name needs a path"}
+			}
+			if dest == "" {
+				dest = s.opts.Home
+			}
+			dest = strings.TrimSuffix(dest, "/") + "/" + name
+		}
+		u, err := s.write(dest, part)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, *u)
+	}
+	if len(out) == 0 {
+		return nil, &uploadError{http.StatusBadRequest, `no multipart field named "file"`}
+	}
+	return out, nil
+}
+
+func (s *Service) isDir(path string) bool {
+	p, _, err := s.resolve(path)
+	if err != nil {
+		return false
+	}
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
+}
+
+func (s *Service) tooLarge(path string) string {
+	return fmt.Sprintf("%s: the file is larger than the limit of %d bytes", path, s.opts.MaxFileBytes)
+}
+
+// write stores body at path, creating parents. A file above the limit or
+// one that fills the disk is removed, not left half written.
+func (s *Service) write(path string, body io.Reader) (*uploaded, error) {
+	p, clean, err := s.resolve(path)
+	if err != nil {
+		return nil, &uploadError{http.StatusBadRequest, err.Error()}
+	}
+	if err := s.mkdirAll(filepath.Dir(p)); err != nil {
+		return nil, &uploadError{statusOf(err), fmt.Sprintf("%s: create parent directories: %v", path, err)}
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, &uploadError{statusOf(err), fmt.Sprintf("%s: %v", path, err)}
+	}
+	s.chown(p)
+	n, err := io.Copy(f, io.LimitReader(body, s.opts.MaxFileBytes+1))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && n > s.opts.MaxFileBytes {
+		os.Remove(p)
+		return nil, &uploadError{http.StatusRequestEntityTooLarge, s.tooLarge(path)}
+	}
+	if err != nil {
+		os.Remove(p)
+		if st := statusOf(err); st == http.StatusInsufficientStorage {
+			return nil, &uploadError{st, fmt.Sprintf("%s: no space left in the sandbox (the flavor's disk limit)", path)}
+		}
+		return nil, &uploadError{statusOf(err), fmt.Sprintf("%s: %v", path, err)}
+	}
+	return &uploaded{Path: clean, Name: filepath.Base(clean), Type: "file"}, nil
+}
+
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT), errors.Is(err, syscall.EFBIG):
+		return http.StatusInsufficientStorage
+	case errors.Is(err, os.ErrPermission):
+		return http.StatusForbidden
+	case errors.Is(err, os.ErrNotExist), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR):
+		return http.StatusBadRequest
+	}
+	return http.StatusInternalServerError
+}
