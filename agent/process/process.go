@@ -7,10 +7,12 @@
 // stream; a slow stream slows the process (its pipe fills) rather than
 // losing output, and a stream that goes away stops receiving at once.
 //
-// A Start stream whose deadline (Connect-Timeout-Ms) passes kills the
-// process group and ends with DeadlineExceeded. A client that merely
-// disconnects leaves the process running: it can attach again with
-// Connect, by pid or tag.
+// The deadline of a Start request (Connect-Timeout-Ms) is the process's
+// timeout: when it passes, the process group is killed, whether or not the
+// client is still attached (the client usually cancels at its own deadline
+// a moment before the agent's, so the stream ending cannot be the trigger).
+// A client that disconnects before then leaves the process running: it can
+// attach again with Connect, by pid or tag.
 package process
 
 import (
@@ -102,6 +104,10 @@ func (s *Service) Start(ctx context.Context, req *connect.Request[processpb.Star
 	if err != nil {
 		return err
 	}
+	if dl, ok := ctx.Deadline(); ok {
+		timer := time.AfterFunc(time.Until(dl), func() { p.signal(syscall.SIGKILL) })
+		go func() { <-p.done; timer.Stop() }()
+	}
 	return s.follow(ctx, req.Header().Get("Keepalive-Ping-Interval"), p, sub, func(ev *processpb.ProcessEvent) error {
 		return stream.Send(&processpb.StartResponse{Event: ev})
 	})
@@ -152,7 +158,6 @@ func (s *Service) follow(ctx context.Context, keepalive string, p *proc, sub *su
 			}
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				p.signal(syscall.SIGKILL)
 				return connect.NewError(connect.CodeDeadlineExceeded,
 					fmt.Errorf("process %d ran past its timeout and was killed", p.pid))
 			}
