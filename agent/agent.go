@@ -47,6 +47,9 @@ type Options struct {
 	MaxFileBytes int64
 	// Logger receives the agent's logs; nil discards them.
 	Logger *slog.Logger
+	// Ready, if set, is called by Serve once the agent is built and about
+	// to accept connections.
+	Ready func()
 }
 
 // Agent is the agent's HTTP handler and the state behind it.
@@ -114,6 +117,9 @@ func Serve(ctx context.Context, ln net.Listener, opts *Options) error {
 	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	if opts != nil && opts.Ready != nil {
+		opts.Ready()
+	}
 	select {
 	case err := <-errc:
 		return err

@@ -38,8 +38,6 @@ func InitMain() {
 	}
 	// Past RLIMIT_FSIZE a write fails with EFBIG instead of killing PID 1.
 	signal.Ignore(syscall.SIGXFSZ)
-	report(map[string]bool{"ok": true})
-	ready.Close()
 
 	env := map[string]string{
 		"PATH": DefaultPath,
@@ -61,6 +59,10 @@ func InitMain() {
 		// Nothing larger than the disk can be stored anyway; saying 413
 		// up front beats a 507 halfway through.
 		MaxFileBytes: cfg.DiskBytes,
+		Ready: func() {
+			report(map[string]bool{"ok": true})
+			ready.Close()
+		},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agent:", err)

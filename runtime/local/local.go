@@ -27,8 +27,9 @@
 //	$MCPBOX_HOME/sessions/<id>/agent.sock     the agent's socket
 //	$MCPBOX_HOME/sessions/<id>/sandbox.json   what Destroy and List need after a restart
 //	$MCPBOX_HOME/sessions/<id>/agent.log      the agent's stderr
-//	$MCPBOX_HOME/sessions/<id>/rootfs/        mount point of the sandbox's tmpfs
-//	                                          (mounted only inside the sandbox)
+//
+// Inside its own mount namespace the sandbox mounts its tmpfs over
+// sessions/<id> itself: the host keeps seeing the files above.
 //
 // Without root the same path runs through an unprivileged user namespace
 // with one uid mapped: there are no cgroup limits, only rlimits, and user

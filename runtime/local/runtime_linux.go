@@ -155,15 +155,36 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 		}
 	}()
 
-	scratch := filepath.Join(dir, "rootfs")
-	if err := os.Mkdir(scratch, 0o700); err != nil {
-		return nil, fail("mkdir rootfs", err)
+	// Cgroup directories take a few milliseconds on a busy host: make
+	// them while the rest is prepared and the child starts.
+	type cgResult struct {
+		g   *cgroup.Group
+		err error
 	}
+	cgc := make(chan cgResult, 1)
 	if !r.rootless {
-		if err := os.Chown(scratch, r.uidBase, r.uidBase); err != nil {
-			return nil, fail("chown rootfs", err)
-		}
+		go func() {
+			g, err := cgroup.New(r.cgroupName(spec.ID), cgroup.Limits{
+				CPUs:        spec.Flavor.CPUs,
+				MemoryBytes: spec.Flavor.MemoryBytes,
+				Pids:        spec.Flavor.Pids,
+			})
+			cgc <- cgResult{g, err}
+		}()
 	}
+	var cgOnce sync.Once
+	var cgRes cgResult
+	waitCgroup := func() cgResult {
+		cgOnce.Do(func() { cgRes = <-cgc })
+		return cgRes
+	}
+	defer func() {
+		// On an early return the group may still be on its way; the
+		// teardown deferred above then removes it.
+		if !r.rootless {
+			cg = waitCgroup().g
+		}
+	}()
 
 	sockPath := filepath.Join(dir, "agent.sock")
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sockPath, Net: "unix"})
@@ -249,32 +270,22 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 	}()
 
 	if !r.rootless {
-		cg, err = cgroup.New(r.cgroupName(spec.ID), cgroup.Limits{
-			CPUs:        spec.Flavor.CPUs,
-			MemoryBytes: spec.Flavor.MemoryBytes,
-			Pids:        spec.Flavor.Pids,
-		})
-		if err != nil {
-			return nil, fail("cgroups", err)
+		res := waitCgroup()
+		cg = res.g
+		if res.err != nil {
+			return nil, fail("cgroups", res.err)
 		}
 		if err := cg.Add(started.pid); err != nil {
 			return nil, fail("join cgroups", err)
 		}
 	}
 
-	cfg := initConfig{ID: spec.ID, Scratch: scratch, DiskBytes: spec.Flavor.DiskBytes,
+	cfg := initConfig{ID: spec.ID, Scratch: dir, DiskBytes: spec.Flavor.DiskBytes,
 		Pids: spec.Flavor.Pids, UID: uid, Env: spec.Env}
 	if err := json.NewEncoder(cfgW).Encode(cfg); err != nil {
 		return nil, fail("send config", err)
 	}
 	cfgW.Close()
-
-	if err := waitReady(ctx, readyR, started.done); err != nil {
-		if tail := tailFile(filepath.Join(dir, "agent.log"), 2048); tail != "" {
-			err = fmt.Errorf("%w (agent log: %s)", err, tail)
-		}
-		return nil, fail("sandbox setup", err)
-	}
 
 	sb := &mcpbox.Sandbox{
 		ID:       spec.ID,
@@ -284,10 +295,22 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 		PID:      started.pid,
 		Rootless: r.rootless,
 	}
-	st := state{Sandbox: *sb}
-	st.StartTime, _ = procStartTime(started.pid)
-	if err := writeJSON(filepath.Join(dir, "sandbox.json"), st); err != nil {
-		return nil, fail("write sandbox.json", err)
+	// Record the sandbox while it sets itself up.
+	stErr := make(chan error, 1)
+	go func() {
+		st := state{Sandbox: *sb}
+		st.StartTime, _ = procStartTime(started.pid)
+		stErr <- writeJSON(filepath.Join(dir, "sandbox.json"), st)
+	}()
+	err = waitReady(ctx, readyR, started.done)
+	if serr := <-stErr; err == nil && serr != nil {
+		return nil, fail("write sandbox.json", serr)
+	}
+	if err != nil {
+		if tail := tailFile(filepath.Join(dir, "agent.log"), 2048); tail != "" {
+			err = fmt.Errorf("%w (agent log: %s)", err, tail)
+		}
+		return nil, fail("sandbox setup", err)
 	}
 	if err := Health(ctx, sb.Endpoint); err != nil {
 		return nil, fail("agent health check", err)
