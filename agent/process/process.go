@@ -268,7 +268,7 @@ func (s *Service) spawn(path string, cfg *processpb.ProcessConfig, env map[strin
 		}
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("start %q: %w", cfg.GetCmd(), err))
 	}
-	p.child, p.pid = child, uint32(child.Process.Pid)
+	p.child, p.pid = child, uint32(child.Pid)
 	p.stdout, p.stderr = parentEnds[0], parentEnds[1]
 	return p, nil
 }

@@ -19,6 +19,9 @@ import (
 
 // Child is a process started by Start.
 type Child struct {
+	// Pid is the child's process id; it stays valid after the reaper
+	// released Process.
+	Pid int
 	// Process is the started process; use it to signal, never to Wait.
 	Process *os.Process
 	done    chan struct{}
@@ -57,7 +60,7 @@ func Start(name string, argv []string, attr *os.ProcAttr) (*Child, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Child{Process: p, done: make(chan struct{})}
+	c := &Child{Pid: p.Pid, Process: p, done: make(chan struct{})}
 	children[p.Pid] = c
 	return c, nil
 }
