@@ -225,7 +225,6 @@ func TestFilesRoundTrip(t *testing.T) {
 	}
 }
 
-
 func TestEscapes(t *testing.T) {
 	e := setup(t, 0)
 	secret := filepath.Join(e.outside, "secret")

@@ -8,11 +8,18 @@
 // one goroutine reaps everything on SIGCHLD and hands each registered
 // child its status; orphans' statuses are discarded. Outside a pid
 // namespace (tests, Kubernetes) the same code reaps only our own children.
+//
+// Every child is forked from one dedicated OS thread, the spawner. A
+// forked child copies the credentials of the thread that forked it, and
+// some of them (the capability bounding set, securebits) are per thread in
+// Linux: OnSpawnerThread lets PID 1 shed them on the one thread that
+// matters, which Go gives no other way to do.
 package reaper
 
 import (
 	"os"
 	"os/signal"
+	"runtime"
 	"sync"
 	"syscall"
 )
@@ -44,19 +51,44 @@ var (
 	// registration.
 	mu       sync.Mutex
 	children = map[int]*Child{}
+	// spawner runs functions on the spawner thread.
+	spawner = make(chan func())
 )
 
-// Start starts a process like os.StartProcess and registers it with the
-// reaper.
-func Start(name string, argv []string, attr *os.ProcAttr) (*Child, error) {
+func setup() {
 	startOnce.Do(func() {
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, syscall.SIGCHLD)
 		go reap(sig)
+		go func() {
+			// Never unlocked: the thread stays the spawner's alone.
+			runtime.LockOSThread()
+			for f := range spawner {
+				f()
+			}
+		}()
 	})
+}
+
+// OnSpawnerThread runs f on the thread every child is forked from.
+func OnSpawnerThread(f func() error) error {
+	setup()
+	errc := make(chan error, 1)
+	spawner <- func() { errc <- f() }
+	return <-errc
+}
+
+// Start starts a process like os.StartProcess and registers it with the
+// reaper.
+func Start(name string, argv []string, attr *os.ProcAttr) (*Child, error) {
+	setup()
 	mu.Lock()
 	defer mu.Unlock()
-	p, err := os.StartProcess(name, argv, attr)
+	var p *os.Process
+	err := OnSpawnerThread(func() (err error) {
+		p, err = os.StartProcess(name, argv, attr)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

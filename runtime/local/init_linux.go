@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mcpbox/mcpbox/agent"
+	"github.com/mcpbox/mcpbox/agent/reaper"
 	"github.com/mcpbox/mcpbox/internal/linux/seccomp"
 )
 
@@ -101,7 +102,12 @@ func setup() (*initConfig, net.Listener, error) {
 	if err := setRlimits(cfg); err != nil {
 		return nil, nil, err
 	}
+	// The bounding set is per thread: drop it on the thread every user
+	// process is forked from (and on this one, for good measure).
 	if err := dropBoundingSet(); err != nil {
+		return nil, nil, err
+	}
+	if err := reaper.OnSpawnerThread(dropBoundingSet); err != nil {
 		return nil, nil, err
 	}
 	if err := step("seccomp", seccomp.Install()); err != nil {

@@ -64,11 +64,11 @@ func run(t testing.TB, c *agentclient.Client, timeout time.Duration, argv ...str
 func TestCreateRunDestroy(t *testing.T) {
 	rt := newRuntime(t)
 	sb, c := newSandbox(t, rt, "small")
-	out, _, res := run(t, c, 10*time.Second, "sh", "-c", "id -u; pwd; echo $HOME; hostname; cat /proc/self/status | grep -E '^(CapEff|NoNewPrivs|Seccomp):'")
+	out, _, res := run(t, c, 10*time.Second, "sh", "-c", "id -u; pwd; echo $HOME; hostname; cat /proc/self/status | grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):'")
 	if res.ExitCode != 0 {
 		t.Fatalf("exit %d", res.ExitCode)
 	}
-	for _, want := range []string{"1000\n", "/workspace\n", "/home/user\n", "sandbox\n", "CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
+	for _, want := range []string{"1000\n", "/workspace\n", "/home/user\n", "sandbox\n", "CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

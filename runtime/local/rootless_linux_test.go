@@ -1,0 +1,140 @@
+package local_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mcpbox/mcpbox"
+	"github.com/mcpbox/mcpbox/agentclient"
+	"github.com/mcpbox/mcpbox/internal/testutil"
+	"github.com/mcpbox/mcpbox/runtime/local"
+)
+
+// TestRootless runs TestRootlessInner as an unprivileged user (nobody):
+// the runtime must then work through a user namespace with one uid mapped
+// and say it is rootless.
+func TestRootless(t *testing.T) {
+	if os.Getenv("MCPBOX_ROOTLESS_INNER") != "" {
+		t.Skip("inner run")
+	}
+	testutil.RequireRoot(t)
+	// The test binary sits in a directory only root may enter: copy it out.
+	dir, err := os.MkdirTemp("", "mcpbox-rootless-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "local.test")
+	src, err := os.Open("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(dst, src)
+	src.Close()
+	dst.Close()
+	home := filepath.Join(dir, "home")
+	os.Mkdir(home, 0o755)
+	os.Chown(home, 65534, 65534)
+
+	cmd := exec.Command(bin, "-test.run", "^TestRootlessInner$", "-test.v", "-test.count=1")
+	cmd.Env = []string{"MCPBOX_ROOTLESS_INNER=1", "MCPBOX_HOME=" + home, "PATH=" + local.DefaultPath, "HOME=" + home}
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("--- PASS: TestRootlessInner")) {
+		t.Fatalf("rootless run failed: %v\n%s", err, out)
+	}
+}
+
+// TestRootlessInner is the unprivileged half of TestRootless.
+func TestRootlessInner(t *testing.T) {
+	if os.Getenv("MCPBOX_ROOTLESS_INNER") == "" {
+		t.Skip("runs only inside TestRootless, as an unprivileged user")
+	}
+	rt, err := local.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rt.Rootless() {
+		t.Fatal("runtime does not say it is rootless")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	fl, _ := mcpbox.LookupFlavor("small")
+	sb, err := rt.Create(ctx, mcpbox.SandboxSpec{ID: testutil.ID(), Flavor: fl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Destroy(context.Background(), sb.ID)
+	if !sb.Rootless {
+		t.Error("sandbox does not say it is rootless")
+	}
+	c := agentclient.New(sb.Endpoint)
+	defer c.Close()
+	var out bytes.Buffer
+	res, err := c.Run(ctx, agentclient.Command{Cmd: "sh", Args: []string{"-c",
+		"id -u; grep CapEff /proc/self/status; python3 -c 'print(6*7)'; touch /usr/x 2>&1; ls /proc | grep -c '^[0-9]'"}}, &out, &out)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%v %v: %s", res, err, out.String())
+	}
+	for _, want := range []string{"0\n", "CapEff:\t0000000000000000", "42\n", "Read-only file system"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if err := rt.Destroy(context.Background(), sb.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAgentSIGTERM checks PID 1's shutdown: on SIGTERM the agent stops its
+// processes and exits, and Destroy still cleans up after it.
+func TestAgentSIGTERM(t *testing.T) {
+	rt := newRuntime(t)
+	ctx := context.Background()
+	sb, err := rt.Create(ctx, mcpbox.SandboxSpec{ID: testutil.ID(), Flavor: tiny})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := agentclient.New(sb.Endpoint)
+	defer c.Close()
+	marker := "term" + testutil.ID()
+	go c.Run(ctx, agentclient.Command{Cmd: "bash", Args: []string{"-c", "exec -a " + marker + " sleep 300"}}, nil, nil)
+	if !hostProcessWith(marker) {
+		t.Fatal("sleeper did not start")
+	}
+	if err := syscall.Kill(sb.PID, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		list, _ := rt.List(ctx)
+		if len(list) == 1 && list[0].PID == 0 {
+			break // the agent exited
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent still alive 10s after SIGTERM: %v", list)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if hostProcessWith(marker) {
+		t.Errorf("agent exited but left %s running", marker)
+	}
+	if err := rt.Destroy(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, rt, sb)
+}
