@@ -1,0 +1,48 @@
+package sqlite_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/mcpbox/mcpbox"
+	"github.com/mcpbox/mcpbox/store/sqlite"
+	"github.com/mcpbox/mcpbox/store/storetest"
+)
+
+func open(t *testing.T, file string) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) mcpbox.Store {
+		s := open(t, filepath.Join(t.TempDir(), "mcpbox.db"))
+		t.Cleanup(func() { s.Close() })
+		return s
+	})
+}
+
+// TestSurvivesReopen is what a restart relies on: records written by one
+// Store are there for the next one on the same file.
+func TestSurvivesReopen(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "mcpbox.db")
+	ctx := context.Background()
+	s := open(t, file)
+	want := &mcpbox.Session{ID: "keep1", Owner: "alice", State: mcpbox.SessionRunning, Created: time.Now().UTC()}
+	if err := s.PutSession(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = open(t, file) // migrations must be idempotent too
+	defer s.Close()
+	got, err := s.GetSession(ctx, "keep1")
+	if err != nil || got.Owner != "alice" || !got.Created.Equal(want.Created) {
+		t.Fatalf("after reopen: %+v, %v", got, err)
+	}
+}
