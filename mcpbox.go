@@ -8,6 +8,7 @@ package mcpbox
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"regexp"
 	"sort"
@@ -179,4 +180,16 @@ type Runtime interface {
 // String implements fmt.Stringer for log lines.
 func (s *Sandbox) String() string {
 	return fmt.Sprintf("sandbox %s (%s, %s %s)", s.ID, s.Flavor.Name, s.Endpoint.Network, s.Endpoint.Address)
+}
+
+// NewID returns a fresh random id: 20 lowercase letters and digits, which
+// passes ValidateID and E2B's host-name routing.
+func NewID() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 20)
+	rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return string(b)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -132,23 +131,12 @@ func checkInterpreter(prog string) error {
 		WithSuggestion("install it on the host: apt-get install " + pkg)
 }
 
-// newID returns a random sandbox id: 20 lowercase letters and digits.
-func newID() string {
-	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, 20)
-	rand.Read(b)
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return string(b)
-}
-
 func (m *Main) runOnce(ctx context.Context, fl mcpbox.Flavor, env map[string]string, timeout time.Duration, c agentclient.Command) error {
 	rt, err := m.runtime()
 	if err != nil {
 		return err
 	}
-	sb, err := rt.Create(ctx, mcpbox.SandboxSpec{ID: newID(), Flavor: fl, Env: env})
+	sb, err := rt.Create(ctx, mcpbox.SandboxSpec{ID: mcpbox.NewID(), Flavor: fl, Env: env})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,165 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/mcpbox/mcpbox"
+)
+
+// Get returns owner's session id, or SESSION_NOT_FOUND: also when it
+// belongs to someone else.
+func (m *Manager) Get(ctx context.Context, owner, id string) (*mcpbox.Session, error) {
+	if mcpbox.ValidateID(id) != nil {
+		return nil, mcpbox.SessionNotFound(id)
+	}
+	s, err := m.opts.Store.GetSession(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if s.Owner != owner {
+		return nil, mcpbox.SessionNotFound(id)
+	}
+	return s, nil
+}
+
+// List returns owner's sessions that f matches (f.Owner is overridden).
+func (m *Manager) List(ctx context.Context, owner string, f mcpbox.SessionFilter) ([]*mcpbox.Session, error) {
+	f.Owner = owner
+	return m.opts.Store.ListSessions(ctx, f)
+}
+
+// Stop ends owner's session: its sandbox is destroyed and its record kept
+// as stopped. Stopping a stopped session is not an error.
+func (m *Manager) Stop(ctx context.Context, owner, id string) error {
+	s, err := m.Get(ctx, owner, id)
+	if err != nil {
+		return err
+	}
+	return m.end(ctx, s, mcpbox.SessionStopped)
+}
+
+// end destroys s's sandbox and records its final state.
+func (m *Manager) end(ctx context.Context, s *mcpbox.Session, state mcpbox.SessionState) error {
+	if s.State != mcpbox.SessionRunning {
+		return nil
+	}
+	if err := m.opts.Runtime.Destroy(context.WithoutCancel(ctx), s.ID); err != nil {
+		return err
+	}
+	s.State = state
+	if err := m.opts.Store.PutSession(ctx, s); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	if m.live[s.Owner]--; m.live[s.Owner] <= 0 {
+		delete(m.live, s.Owner)
+	}
+	m.mu.Unlock()
+	ev := mcpbox.EventStopped
+	if state == mcpbox.SessionExpired {
+		ev = mcpbox.EventExpired
+	}
+	m.publish(ev, s)
+	m.log.Info("session ended", "session", s.ID, "owner", s.Owner, "state", string(state))
+	return nil
+}
+
+// Touch records a use of owner's session, pushing back its idle timeout.
+func (m *Manager) Touch(ctx context.Context, owner, id string) (*mcpbox.Session, error) {
+	s, err := m.Get(ctx, owner, id)
+	if err != nil {
+		return nil, err
+	}
+	if s.State != mcpbox.SessionRunning {
+		return nil, mcpbox.Errorf(mcpbox.ESESSION, "session %q has %s", id, s.State).
+			WithSuggestion("create a new session")
+	}
+	s.LastUsed = m.opts.Now().UTC()
+	return s, m.opts.Store.PutSession(ctx, s)
+}
+
+// SetTimeout makes owner's session expire d from now (E2B's
+// POST /sandboxes/{id}/timeout), within MaxTTL.
+func (m *Manager) SetTimeout(ctx context.Context, owner, id string, d time.Duration) error {
+	if d <= 0 || d > m.opts.MaxTTL {
+		return mcpbox.Errorf(mcpbox.ELIMIT, "timeout %s is outside 0..%s", d, m.opts.MaxTTL).
+			With("max_ttl_seconds", m.opts.MaxTTL.Seconds())
+	}
+	s, err := m.Touch(ctx, owner, id)
+	if err != nil {
+		return err
+	}
+	s.ExpiresAt = m.opts.Now().UTC().Add(d)
+	return m.opts.Store.PutSession(ctx, s)
+}
+
+// Reap stops every running session past its deadline and returns how many
+// it stopped. Run it from a ticker (see RunReaper) or, in tests, directly.
+func (m *Manager) Reap(ctx context.Context) (int, error) {
+	live, err := m.opts.Store.ListSessions(ctx, mcpbox.SessionFilter{States: []mcpbox.SessionState{mcpbox.SessionRunning}})
+	if err != nil {
+		return 0, err
+	}
+	now := m.opts.Now()
+	n := 0
+	var errs []error
+	for _, s := range live {
+		if d := s.Deadline(); !d.IsZero() && !now.Before(d) {
+			if err := m.end(ctx, s, mcpbox.SessionExpired); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			n++
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// RunReaper calls Reap every interval until ctx ends.
+func (m *Manager) RunReaper(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := m.Reap(ctx); err != nil {
+				m.log.Warn("reaper", "err", err)
+			}
+		}
+	}
+}
+
+// Subscribe returns a channel of lifecycle events and a function that ends
+// the subscription. A subscriber that falls 64 events behind misses events
+// rather than stalling the manager.
+func (m *Manager) Subscribe() (<-chan mcpbox.Event, func()) {
+	ch := make(chan mcpbox.Event, 64)
+	m.mu.Lock()
+	m.subs[ch] = struct{}{}
+	m.mu.Unlock()
+	return ch, func() {
+		m.mu.Lock()
+		if _, ok := m.subs[ch]; ok {
+			delete(m.subs, ch)
+			close(ch)
+		}
+		m.mu.Unlock()
+	}
+}
+
+func (m *Manager) publish(t mcpbox.EventType, s *mcpbox.Session) {
+	ev := mcpbox.Event{Type: t, Session: *s, Time: m.opts.Now().UTC()}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for ch := range m.subs {
+		select {
+		case ch <- ev:
+		default:
+			m.log.Warn("event subscriber is behind; dropping an event", "session", s.ID)
+		}
+	}
+}
