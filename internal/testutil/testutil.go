@@ -37,6 +37,13 @@ func ID() string {
 	return id
 }
 
+// Track registers ids made elsewhere (by the manager, say) for CheckLeaks.
+func Track(more ...string) {
+	idsMu.Lock()
+	ids = append(ids, more...)
+	idsMu.Unlock()
+}
+
 // Home returns a fresh mcpbox state directory for t. It sits under /tmp,
 // not t.TempDir(): the sandbox's mapped uid must be able to walk to its
 // rootfs, and t.TempDir's parent is private to root.
