@@ -163,3 +163,17 @@ func (m *Manager) publish(t mcpbox.EventType, s *mcpbox.Session) {
 		}
 	}
 }
+
+// StopAll stops every running session of every owner (for
+// --stop-sessions-on-exit) and returns how many it stopped.
+func (m *Manager) StopAll(ctx context.Context) (int, error) {
+	live, err := m.opts.Store.ListSessions(ctx, mcpbox.SessionFilter{States: []mcpbox.SessionState{mcpbox.SessionRunning}})
+	if err != nil {
+		return 0, err
+	}
+	var errs []error
+	for _, s := range live {
+		errs = append(errs, m.end(ctx, s, mcpbox.SessionStopped))
+	}
+	return len(live), errors.Join(errs...)
+}

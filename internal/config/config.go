@@ -1,0 +1,207 @@
+// Package config is mcpbox's configuration: defaults, then a YAML file,
+// then MCPBOX_* environment variables, then command-line flags, each
+// overriding the one before. Every key is documented in the README with
+// its default; Validate refuses a bad value with the key's name.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/mcpbox/mcpbox"
+)
+
+// Config is the effective configuration. The yaml tag is the key in the
+// file; the env tag the MCPBOX_ variable.
+type Config struct {
+	Home string `yaml:"home" env:"MCPBOX_HOME"`
+	Host string `yaml:"host" env:"MCPBOX_HOST"`
+	Port int    `yaml:"port" env:"MCPBOX_PORT"`
+
+	MaxSessions             int           `yaml:"max_sessions" env:"MCPBOX_MAX_SESSIONS"`
+	MaxSessionsPerOwner     int           `yaml:"max_sessions_per_owner" env:"MCPBOX_MAX_SESSIONS_PER_OWNER"`
+	MaxConcurrentExecutions int           `yaml:"max_concurrent_executions" env:"MCPBOX_MAX_CONCURRENT_EXECUTIONS"`
+	IdleTimeout             time.Duration `yaml:"idle_timeout" env:"MCPBOX_IDLE_TIMEOUT"`
+	DefaultTTL              time.Duration `yaml:"default_ttl" env:"MCPBOX_DEFAULT_TTL"`
+	MaxTTL                  time.Duration `yaml:"max_ttl" env:"MCPBOX_MAX_TTL"`
+	StopSessionsOnExit      bool          `yaml:"stop_sessions_on_exit" env:"MCPBOX_STOP_SESSIONS_ON_EXIT"`
+	LogLevel                string        `yaml:"log_level" env:"MCPBOX_LOG_LEVEL"`
+
+	// Flavors adds custom flavors, by name.
+	Flavors map[string]Flavor `yaml:"flavors"`
+}
+
+// Flavor is a custom flavor in the file: sizes in whole units.
+type Flavor struct {
+	CPUs     float64 `yaml:"cpus"`
+	MemoryMB int64   `yaml:"memory_mb"`
+	DiskMB   int64   `yaml:"disk_mb"`
+	Pids     int64   `yaml:"pids"`
+}
+
+// Default returns the built-in configuration.
+func Default() Config {
+	return Config{
+		Host: "127.0.0.1", Port: 8080,
+		MaxSessions: 100, MaxSessionsPerOwner: 20, MaxConcurrentExecutions: 4,
+		IdleTimeout: 15 * time.Minute, DefaultTTL: time.Hour, MaxTTL: 24 * time.Hour,
+		LogLevel: "info",
+	}
+}
+
+// DefaultFile is where Load looks when no file is named: the config
+// directory of the user ($XDG_CONFIG_HOME/mcpbox/config.yaml), or
+// /etc/mcpbox/config.yaml as root.
+func DefaultFile() string {
+	if os.Geteuid() == 0 {
+		return "/etc/mcpbox/config.yaml"
+	}
+	d, err := os.UserConfigDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(d, "mcpbox", "config.yaml")
+}
+
+// Load builds the configuration from the defaults, the file (explicit: it
+// must exist; "" means DefaultFile if it exists) and the environment.
+// Flags are applied by the caller afterwards, then Validate.
+func Load(file string, environ []string) (Config, error) {
+	c := Default()
+	explicit := file != ""
+	if !explicit {
+		file = DefaultFile()
+	}
+	if file != "" {
+		b, err := os.ReadFile(file)
+		switch {
+		case err == nil:
+			dec := yaml.NewDecoder(bytes.NewReader(b))
+			dec.KnownFields(true)
+			// An empty file (io.EOF) holds no settings, which is fine.
+			if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+				return c, fmt.Errorf("config file %s: %w", file, err)
+			}
+		case explicit || !os.IsNotExist(err):
+			return c, fmt.Errorf("config file: %w", err)
+		}
+	}
+	if err := c.applyEnv(environ); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// applyEnv sets every field whose env variable is present.
+func (c *Config) applyEnv(environ []string) error {
+	env := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	v := reflect.ValueOf(c).Elem()
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		name := t.Field(i).Tag.Get("env")
+		val, ok := env[name]
+		if name == "" || !ok {
+			continue
+		}
+		if err := set(v.Field(i), val); err != nil {
+			return fmt.Errorf("%s=%q: %w", name, val, err)
+		}
+	}
+	return nil
+}
+
+func set(f reflect.Value, s string) error {
+	switch f.Interface().(type) {
+	case string:
+		f.SetString(s)
+	case int:
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return errors.New("not a whole number")
+		}
+		f.SetInt(int64(n))
+	case bool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return errors.New("not true or false")
+		}
+		f.SetBool(b)
+	case time.Duration:
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return errors.New("not a duration such as 15m or 1h")
+		}
+		f.SetInt(int64(d))
+	}
+	return nil
+}
+
+// Validate refuses values mcpbox cannot run with, naming the key.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("config %s: "+format, append([]any{key}, args...)...))
+	}
+	if c.Port < 0 || c.Port > 65535 {
+		bad("port", "%d is not a TCP port (0..65535)", c.Port)
+	}
+	if c.Host == "" {
+		bad("host", "is empty")
+	}
+	for key, n := range map[string]int{"max_sessions": c.MaxSessions, "max_sessions_per_owner": c.MaxSessionsPerOwner, "max_concurrent_executions": c.MaxConcurrentExecutions} {
+		if n < 1 {
+			bad(key, "must be at least 1, got %d", n)
+		}
+	}
+	if c.MaxSessionsPerOwner > c.MaxSessions {
+		bad("max_sessions_per_owner", "%d is above max_sessions (%d)", c.MaxSessionsPerOwner, c.MaxSessions)
+	}
+	for key, d := range map[string]time.Duration{"idle_timeout": c.IdleTimeout, "default_ttl": c.DefaultTTL, "max_ttl": c.MaxTTL} {
+		if d <= 0 {
+			bad(key, "must be above 0, got %s", d)
+		}
+	}
+	if c.DefaultTTL > c.MaxTTL {
+		bad("default_ttl", "%s is above max_ttl (%s)", c.DefaultTTL, c.MaxTTL)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log_level", "%q is not one of debug, info, warn, error", c.LogLevel)
+	}
+	for name, f := range c.Flavors {
+		if err := mcpbox.ValidateID(name); err != nil {
+			bad("flavors."+name, "a flavor name must be lowercase letters and digits")
+		}
+		if err := f.Flavor(name).Validate(); err != nil {
+			bad("flavors."+name, "%v", err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Flavor converts a file flavor to the domain's.
+func (f Flavor) Flavor(name string) mcpbox.Flavor {
+	return mcpbox.Flavor{Name: name, CPUs: f.CPUs, MemoryBytes: f.MemoryMB << 20, DiskBytes: f.DiskMB << 20, Pids: f.Pids}
+}
+
+// YAML renders the configuration as a file would hold it.
+func (c Config) YAML() string {
+	b, _ := yaml.Marshal(c)
+	return string(b)
+}
