@@ -23,6 +23,7 @@ import (
 
 func (m *Main) serveCommand() *cobra.Command {
 	var f configFlags
+	var stopOnExit bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve mcpbox over HTTP (health and a debug view of live sandboxes)",
@@ -32,10 +33,15 @@ func (m *Main) serveCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if cmd.Flags().Changed("stop-sessions-on-exit") {
+				c.StopSessionsOnExit = stopOnExit
+			}
 			return m.serve(cmd.Context(), c)
 		},
 	}
 	f.register(cmd.Flags())
+	cmd.Flags().BoolVar(&stopOnExit, "stop-sessions-on-exit", false,
+		"stop every session when mcpbox exits (default: sessions outlive the server and are re-adopted at its next start)")
 	return cmd
 }
 
