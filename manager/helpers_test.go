@@ -7,3 +7,5 @@ import (
 )
 
 func asError(err error, target **mcpbox.Error) bool { return errors.As(err, target) }
+
+var sessionsRunning = mcpbox.SessionFilter{States: []mcpbox.SessionState{mcpbox.SessionRunning}}

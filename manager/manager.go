@@ -40,6 +40,8 @@ type Options struct {
 	// asking for more is refused. Zero means unchecked.
 	HostCPUs        float64
 	HostMemoryBytes int64
+	// Pools are the warm pools to keep filled.
+	Pools []PoolSpec
 	// Now is the clock; default time.Now. Tests pass a fake.
 	Now func() time.Time
 	// Logger receives the manager's logs; nil discards them.
@@ -58,6 +60,7 @@ type Manager struct {
 	live    map[string]int
 	pending map[string]int // sessions on their way, counted against the limits too
 	subs    map[chan mcpbox.Event]struct{}
+	pools   map[string]*pool
 }
 
 // New returns a Manager. It loads the live sessions' owners from the store
@@ -75,7 +78,7 @@ func New(ctx context.Context, opts *Options) (*Manager, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	m := &Manager{opts: o, flavors: maps.Clone(mcpbox.Flavors), live: map[string]int{}, pending: map[string]int{}, subs: map[chan mcpbox.Event]struct{}{}}
+	m := &Manager{opts: o, flavors: maps.Clone(mcpbox.Flavors), live: map[string]int{}, pending: map[string]int{}, pools: map[string]*pool{}, subs: map[chan mcpbox.Event]struct{}{}}
 	for name, f := range o.Flavors {
 		f.Name = name
 		if err := f.Validate(); err != nil {
@@ -94,8 +97,14 @@ func New(ctx context.Context, opts *Options) (*Manager, error) {
 	for _, s := range live {
 		m.live[s.Owner]++
 	}
+	if err := m.startPools(ctx, o.Pools); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
+
+// Close destroys the warm pools' idle sandboxes. Sessions are left alone.
+func (m *Manager) Close(ctx context.Context) { m.drainPools(ctx) }
 
 func setDefault[T comparable](v *T, def T) {
 	var zero T
@@ -155,7 +164,8 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 	if idle == 0 {
 		idle = m.opts.DefaultIdleTimeout
 	}
-	if err := m.reserve(owner); err != nil {
+	warm, err := m.reserve(owner, req.Template, fl.Name)
+	if err != nil {
 		return nil, err
 	}
 	now := m.opts.Now().UTC()
@@ -164,7 +174,14 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 		Flavor: fl, Env: req.Env, Metadata: req.Metadata,
 		Created: now, LastUsed: now, ExpiresAt: now.Add(ttl), IdleTimeout: idle,
 	}
-	sb, err := m.opts.Runtime.Create(ctx, mcpbox.SandboxSpec{ID: s.ID, Flavor: fl, Env: req.Env})
+	// A warm sandbox becomes the session: its id is the sandbox's. The
+	// caller's env is applied to every process the session starts.
+	sb := warm
+	if sb != nil {
+		s.ID = sb.ID
+	} else {
+		sb, err = m.opts.Runtime.Create(ctx, mcpbox.SandboxSpec{ID: s.ID, Flavor: fl, Env: req.Env})
+	}
 	if err != nil {
 		m.release(owner, false)
 		if mcpbox.ErrorCode(err) == mcpbox.EINTERNAL {
@@ -185,10 +202,33 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 	return s, nil
 }
 
-// reserve counts a session on its way against the limits.
-func (m *Manager) reserve(owner string) error {
+// reserve counts a session on its way against the limits. When a warm
+// sandbox of the right kind is ready it moves it, under the same lock,
+// from its pool to the session: the total does not change, so a full pool
+// never blocks the creates it is there for.
+func (m *Manager) reserve(owner, template, flavor string) (*mcpbox.Sandbox, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if n := m.live[owner] + m.pending[owner]; n >= m.opts.MaxSessionsPerOwner {
+		return nil, mcpbox.Errorf(mcpbox.ELIMIT, "owner %q has its maximum of %d sessions", owner, m.opts.MaxSessionsPerOwner).
+			With("limit", m.opts.MaxSessionsPerOwner).With("current", n).
+			WithSuggestion("stop one of your sessions (stop_session) or reuse one by its session_id")
+	}
+	sb := m.takeWarmLocked(template, flavor)
+	if sb == nil {
+		if total := m.totalLocked(); total >= m.opts.MaxSessions {
+			return nil, mcpbox.Errorf(mcpbox.ELIMIT, "the server runs its maximum of %d sessions", m.opts.MaxSessions).
+				With("limit", m.opts.MaxSessions).With("current", total).
+				WithSuggestion("stop a session you no longer need, or try again later")
+		}
+	}
+	m.pending[owner]++
+	return sb, nil
+}
+
+// totalLocked counts live sessions, sessions on their way and pool
+// sandboxes, ready or filling.
+func (m *Manager) totalLocked() int {
 	total := 0
 	for _, n := range m.live {
 		total += n
@@ -196,18 +236,10 @@ func (m *Manager) reserve(owner string) error {
 	for _, n := range m.pending {
 		total += n
 	}
-	if total >= m.opts.MaxSessions {
-		return mcpbox.Errorf(mcpbox.ELIMIT, "the server runs its maximum of %d sessions", m.opts.MaxSessions).
-			With("limit", m.opts.MaxSessions).With("current", total).
-			WithSuggestion("stop a session you no longer need, or try again later")
+	for _, p := range m.pools {
+		total += len(p.ready) + p.filling
 	}
-	if n := m.live[owner] + m.pending[owner]; n >= m.opts.MaxSessionsPerOwner {
-		return mcpbox.Errorf(mcpbox.ELIMIT, "owner %q has its maximum of %d sessions", owner, m.opts.MaxSessionsPerOwner).
-			With("limit", m.opts.MaxSessionsPerOwner).With("current", n).
-			WithSuggestion("stop one of your sessions (stop_session) or reuse one by its session_id")
-	}
-	m.pending[owner]++
-	return nil
+	return total
 }
 
 // release ends a reservation; made says whether it became a live session.

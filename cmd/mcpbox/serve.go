@@ -66,7 +66,12 @@ func (m *Main) serve(ctx context.Context, c config.Config) error {
 	for name, fl := range c.Flavors {
 		flavors[name] = fl.Flavor(name)
 	}
+	var pools []manager.PoolSpec
+	for _, p := range c.Pools {
+		pools = append(pools, manager.PoolSpec{Template: p.Template, Flavor: p.Flavor, Size: p.Size})
+	}
 	mgr, err := manager.New(ctx, &manager.Options{
+		Pools: pools,
 		Runtime: rt, Store: st, Logger: log, Flavors: flavors,
 		MaxSessions: c.MaxSessions, MaxSessionsPerOwner: c.MaxSessionsPerOwner,
 		DefaultIdleTimeout: c.IdleTimeout, DefaultTTL: c.DefaultTTL, MaxTTL: c.MaxTTL,
@@ -74,6 +79,7 @@ func (m *Main) serve(ctx context.Context, c config.Config) error {
 	if err != nil {
 		return err
 	}
+	defer mgr.Close(context.WithoutCancel(ctx))
 	rep, err := mgr.Recover(ctx)
 	if err != nil {
 		return fmt.Errorf("recover sessions: %w", err)

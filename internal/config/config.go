@@ -39,6 +39,15 @@ type Config struct {
 
 	// Flavors adds custom flavors, by name.
 	Flavors map[string]Flavor `yaml:"flavors"`
+	// Pools keeps sandboxes ready per (template, flavor).
+	Pools []Pool `yaml:"pools"`
+}
+
+// Pool is one warm pool in the file.
+type Pool struct {
+	Template string `yaml:"template"`
+	Flavor   string `yaml:"flavor"`
+	Size     int    `yaml:"size"`
 }
 
 // Flavor is a custom flavor in the file: sizes in whole units.
@@ -190,6 +199,11 @@ func (c Config) Validate() error {
 		}
 		if err := f.Flavor(name).Validate(); err != nil {
 			bad("flavors."+name, "%v", err)
+		}
+	}
+	for i, p := range c.Pools {
+		if p.Size < 0 || p.Size > c.MaxSessions {
+			bad(fmt.Sprintf("pools[%d].size", i), "%d is outside 0..max_sessions (%d)", p.Size, c.MaxSessions)
 		}
 	}
 	return errors.Join(errs...)

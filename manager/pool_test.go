@@ -1,0 +1,68 @@
+package manager_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpbox/mcpbox/manager"
+)
+
+// waitFor polls cond for up to 5s: pools refill in the background.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestWarmPool(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m, rt, _ := newManager(t, manager.Options{MaxSessions: 6, MaxSessionsPerOwner: 6,
+		Pools: []manager.PoolSpec{{Flavor: "small", Size: 3}}})
+	defer m.Close(ctx)
+	waitFor(t, "the pool to fill", func() bool { return m.PoolStats()["/small"] == 3 })
+	if rt.Created != 3 {
+		t.Fatalf("created %d sandboxes for a pool of 3", rt.Created)
+	}
+	s, err := m.Create(ctx, "alice", manager.CreateRequest{Env: map[string]string{"K": "v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.Created != 3 && rt.Created != 4 {
+		t.Fatalf("create did not take a warm sandbox (created %d)", rt.Created)
+	}
+	if s.Owner != "alice" || s.Env["K"] != "v" || s.Sandbox == nil || s.ID != s.Sandbox.ID {
+		t.Errorf("warm session %+v", s)
+	}
+	waitFor(t, "the pool to refill", func() bool { return m.PoolStats()["/small"] == 3 })
+
+	// A burst beyond the pool falls back to cold creation, and nothing
+	// ever exceeds the global limit: 2 live + pool members <= 6.
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.Create(ctx, "alice", manager.CreateRequest{})
+		}()
+	}
+	wg.Wait()
+	time.Sleep(50 * time.Millisecond)
+	if live := rt.Live(); live > 6 {
+		t.Errorf("%d sandboxes exist, above the global limit of 6", live)
+	}
+	list, _ := m.List(ctx, "alice", sessionsRunning)
+	if len(list) != 6 {
+		t.Errorf("%d sessions after the burst, want the limit of 6", len(list))
+	}
+	if n := m.PoolStats()["/small"]; n != 0 {
+		t.Errorf("pool holds %d with the server at its limit, want 0", n)
+	}
+}
