@@ -97,11 +97,12 @@ func New(ctx context.Context, opts *Options) (*Manager, error) {
 	for _, s := range live {
 		m.live[s.Owner]++
 	}
-	if err := m.startPools(ctx, o.Pools); err != nil {
-		return nil, err
-	}
 	return m, nil
 }
+
+// StartPools starts filling the warm pools of Options.Pools. Call it after
+// Recover, which would otherwise take pool sandboxes for orphans.
+func (m *Manager) StartPools(ctx context.Context) error { return m.startPools(ctx, m.opts.Pools) }
 
 // Close destroys the warm pools' idle sandboxes. Sessions are left alone.
 func (m *Manager) Close(ctx context.Context) { m.drainPools(ctx) }

@@ -71,7 +71,7 @@ func (m *Main) serve(ctx context.Context, c config.Config) error {
 		pools = append(pools, manager.PoolSpec{Template: p.Template, Flavor: p.Flavor, Size: p.Size})
 	}
 	mgr, err := manager.New(ctx, &manager.Options{
-		Pools: pools,
+		Pools:   pools,
 		Runtime: rt, Store: st, Logger: log, Flavors: flavors,
 		MaxSessions: c.MaxSessions, MaxSessionsPerOwner: c.MaxSessionsPerOwner,
 		DefaultIdleTimeout: c.IdleTimeout, DefaultTTL: c.DefaultTTL, MaxTTL: c.MaxTTL,
@@ -83,6 +83,9 @@ func (m *Main) serve(ctx context.Context, c config.Config) error {
 	rep, err := mgr.Recover(ctx)
 	if err != nil {
 		return fmt.Errorf("recover sessions: %w", err)
+	}
+	if err := mgr.StartPools(ctx); err != nil {
+		return err
 	}
 	go mgr.RunReaper(ctx, 10*time.Second)
 
