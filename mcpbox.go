@@ -149,6 +149,9 @@ type SandboxSpec struct {
 	// Env is added to every process's environment, over the defaults
 	// (PATH, HOME, LANG, TERM). Nothing from the host leaks in.
 	Env map[string]string
+	// Volumes are host directories bound into the sandbox; the caller has
+	// already checked them against its allow-list.
+	Volumes []Volume
 }
 
 // Sandbox describes a live sandbox.

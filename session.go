@@ -30,6 +30,7 @@ type Session struct {
 	Flavor   Flavor            `json:"flavor"`
 	Env      map[string]string `json:"env,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	Volumes  []Volume          `json:"volumes,omitempty"`
 
 	Created  time.Time `json:"created"`
 	LastUsed time.Time `json:"last_used"`

@@ -40,6 +40,10 @@ type Options struct {
 	// asking for more is refused. Zero means unchecked.
 	HostCPUs        float64
 	HostMemoryBytes int64
+	// VolumeRoots are the host directories volumes may come from.
+	VolumeRoots []string
+	// Volumes are mapped into every session (from the config).
+	Volumes []mcpbox.Volume
 	// Pools are the warm pools to keep filled.
 	Pools []PoolSpec
 	// Now is the clock; default time.Now. Tests pass a fake.
@@ -79,6 +83,11 @@ func New(ctx context.Context, opts *Options) (*Manager, error) {
 		o.Now = time.Now
 	}
 	m := &Manager{opts: o, flavors: maps.Clone(mcpbox.Flavors), live: map[string]int{}, pending: map[string]int{}, pools: map[string]*pool{}, subs: map[chan mcpbox.Event]struct{}{}}
+	for _, v := range o.Volumes {
+		if err := m.checkVolume(v); err != nil {
+			return nil, err
+		}
+	}
 	for name, f := range o.Flavors {
 		f.Name = name
 		if err := f.Validate(); err != nil {
@@ -116,10 +125,13 @@ func setDefault[T comparable](v *T, def T) {
 
 // CreateRequest is what a caller may choose about a new session.
 type CreateRequest struct {
-	Template    string
-	Flavor      string
-	Env         map[string]string
-	Metadata    map[string]string
+	Template string
+	Flavor   string
+	Env      map[string]string
+	Metadata map[string]string
+	// Volumes are mapped in addition to the configured ones; each must lie
+	// under Options.VolumeRoots.
+	Volumes     []mcpbox.Volume
 	TTL         time.Duration // 0: DefaultTTL
 	IdleTimeout time.Duration // 0: DefaultIdleTimeout
 }
@@ -165,14 +177,19 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 	if idle == 0 {
 		idle = m.opts.DefaultIdleTimeout
 	}
-	warm, err := m.reserve(owner, req.Template, fl.Name)
+	vols, err := m.volumesFor(req.Volumes)
+	if err != nil {
+		return nil, err
+	}
+	// A warm sandbox has only the configured volumes.
+	warm, err := m.reserve(owner, req.Template, fl.Name, len(req.Volumes) == 0)
 	if err != nil {
 		return nil, err
 	}
 	now := m.opts.Now().UTC()
 	s := &mcpbox.Session{
 		ID: mcpbox.NewID(), Owner: owner, State: mcpbox.SessionCreating, Template: req.Template,
-		Flavor: fl, Env: req.Env, Metadata: req.Metadata,
+		Flavor: fl, Env: req.Env, Metadata: req.Metadata, Volumes: vols,
 		Created: now, LastUsed: now, ExpiresAt: now.Add(ttl), IdleTimeout: idle,
 	}
 	// A warm sandbox becomes the session: its id is the sandbox's. The
@@ -181,7 +198,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 	if sb != nil {
 		s.ID = sb.ID
 	} else {
-		sb, err = m.opts.Runtime.Create(ctx, mcpbox.SandboxSpec{ID: s.ID, Flavor: fl, Env: req.Env})
+		sb, err = m.opts.Runtime.Create(ctx, mcpbox.SandboxSpec{ID: s.ID, Flavor: fl, Env: req.Env, Volumes: vols})
 	}
 	if err != nil {
 		m.release(owner, false)
@@ -207,7 +224,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 // sandbox of the right kind is ready it moves it, under the same lock,
 // from its pool to the session: the total does not change, so a full pool
 // never blocks the creates it is there for.
-func (m *Manager) reserve(owner, template, flavor string) (*mcpbox.Sandbox, error) {
+func (m *Manager) reserve(owner, template, flavor string, warmOK bool) (*mcpbox.Sandbox, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if n := m.live[owner] + m.pending[owner]; n >= m.opts.MaxSessionsPerOwner {
@@ -215,7 +232,10 @@ func (m *Manager) reserve(owner, template, flavor string) (*mcpbox.Sandbox, erro
 			With("limit", m.opts.MaxSessionsPerOwner).With("current", n).
 			WithSuggestion("stop one of your sessions (stop_session) or reuse one by its session_id")
 	}
-	sb := m.takeWarmLocked(template, flavor)
+	var sb *mcpbox.Sandbox
+	if warmOK {
+		sb = m.takeWarmLocked(template, flavor)
+	}
 	if sb == nil {
 		if total := m.totalLocked(); total >= m.opts.MaxSessions {
 			return nil, mcpbox.Errorf(mcpbox.ELIMIT, "the server runs its maximum of %d sessions", m.opts.MaxSessions).

@@ -58,7 +58,7 @@ func (m *Manager) refill(ctx context.Context, p *pool) {
 		case <-p.wake:
 		}
 		for m.reservePool(p) {
-			sb, err := m.opts.Runtime.Create(ctx, mcpbox.SandboxSpec{ID: mcpbox.NewID(), Flavor: p.flavor})
+			sb, err := m.opts.Runtime.Create(ctx, mcpbox.SandboxSpec{ID: mcpbox.NewID(), Flavor: p.flavor, Volumes: m.opts.Volumes})
 			m.mu.Lock()
 			p.filling--
 			if err == nil {

@@ -41,6 +41,10 @@ type Config struct {
 	Flavors map[string]Flavor `yaml:"flavors"`
 	// Pools keeps sandboxes ready per (template, flavor).
 	Pools []Pool `yaml:"pools"`
+	// VolumeRoots are the host directories volumes may come from.
+	VolumeRoots []string `yaml:"volume_roots"`
+	// Volumes, host_path:sandbox_path[:ro], are mapped into every session.
+	Volumes []string `yaml:"volumes"`
 }
 
 // Pool is one warm pool in the file.
@@ -199,6 +203,11 @@ func (c Config) Validate() error {
 		}
 		if err := f.Flavor(name).Validate(); err != nil {
 			bad("flavors."+name, "%v", err)
+		}
+	}
+	for i, v := range c.Volumes {
+		if _, err := mcpbox.ParseVolume(v); err != nil {
+			bad(fmt.Sprintf("volumes[%d]", i), "%v", err)
 		}
 	}
 	for i, p := range c.Pools {

@@ -86,7 +86,7 @@ func setup() (*initConfig, net.Listener, error) {
 	}
 	lf.Close()
 
-	root, err := buildRoot(cfg.Scratch, cfg.DiskBytes, cfg.UID)
+	root, err := buildRoot(cfg.Scratch, cfg.DiskBytes, cfg.UID, cfg.Volumes)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -8,6 +8,8 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mcpbox/mcpbox"
 )
 
 // stepError names the setup step that failed, so a broken sandbox says
@@ -48,7 +50,7 @@ var (
 // scratch becomes a tmpfs of diskBytes: the overlay's upper dir lives in
 // it, so everything the sandbox writes (/workspace, /tmp, $HOME, pip
 // installs) shares that one limit.
-func buildRoot(scratch string, diskBytes int64, uid int) (string, error) {
+func buildRoot(scratch string, diskBytes int64, uid int, volumes []mcpbox.Volume) (string, error) {
 	if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return "", err
 	}
@@ -87,6 +89,11 @@ func buildRoot(scratch string, diskBytes int64, uid int) (string, error) {
 			continue
 		}
 		if err := bindReadOnly(src, filepath.Join(root, "etc", e)); err != nil {
+			return "", err
+		}
+	}
+	for _, v := range volumes {
+		if err := bindVolume(root, v); err != nil {
 			return "", err
 		}
 	}
@@ -181,6 +188,19 @@ func buildLower(lower string, uid int) error {
 		}
 	}
 	return nil
+}
+
+// bindVolume binds a host directory at its sandbox path (made in the
+// overlay, so the mount point costs the host nothing).
+func bindVolume(root string, v mcpbox.Volume) error {
+	dst := filepath.Join(root, v.SandboxPath)
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return step("volume "+v.String()+": mkdir", err)
+	}
+	if v.ReadOnly {
+		return bindReadOnly(v.HostPath, dst)
+	}
+	return mount(v.HostPath, dst, "", unix.MS_BIND|unix.MS_REC, "")
 }
 
 // bindReadOnly binds src on dst and remounts it read-only. Inside a user

@@ -116,6 +116,7 @@ type initConfig struct {
 	Pids      int64             `json:"pids"`
 	UID       int               `json:"uid"` // user code's uid (and gid) inside
 	Env       map[string]string `json:"env"`
+	Volumes   []mcpbox.Volume   `json:"volumes,omitempty"`
 }
 
 // Create starts a sandbox and returns once its agent answers /health.
@@ -130,6 +131,11 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 	}
 	if err := spec.Flavor.Validate(); err != nil {
 		return nil, err
+	}
+	for _, v := range spec.Volumes {
+		if err := v.Validate(); err != nil {
+			return nil, err
+		}
 	}
 	for k := range spec.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
@@ -281,7 +287,7 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 	}
 
 	cfg := initConfig{ID: spec.ID, Scratch: dir, DiskBytes: spec.Flavor.DiskBytes,
-		Pids: spec.Flavor.Pids, UID: uid, Env: spec.Env}
+		Pids: spec.Flavor.Pids, UID: uid, Env: spec.Env, Volumes: spec.Volumes}
 	if err := json.NewEncoder(cfgW).Encode(cfg); err != nil {
 		return nil, fail("send config", err)
 	}
