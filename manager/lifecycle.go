@@ -45,6 +45,7 @@ func (m *Manager) end(ctx context.Context, s *mcpbox.Session, state mcpbox.Sessi
 	if s.State != mcpbox.SessionRunning {
 		return nil
 	}
+	m.dropConn(s.ID)
 	if err := m.opts.Runtime.Destroy(context.WithoutCancel(ctx), s.ID); err != nil {
 		return err
 	}

@@ -28,6 +28,9 @@ type Options struct {
 	MaxSessions int
 	// MaxSessionsPerOwner caps one owner's live sessions; default 20.
 	MaxSessionsPerOwner int
+	// MaxConcurrentExecutions caps executions at once in one session;
+	// default 4.
+	MaxConcurrentExecutions int
 	// DefaultIdleTimeout ends a session unused this long; default 15m.
 	DefaultIdleTimeout time.Duration
 	// DefaultTTL is a session's life when the caller names none; default 1h.
@@ -65,6 +68,9 @@ type Manager struct {
 	pending map[string]int // sessions on their way, counted against the limits too
 	subs    map[chan mcpbox.Event]struct{}
 	pools   map[string]*pool
+
+	connMu sync.Mutex
+	conns  map[string]*sessionConn // by session id
 }
 
 // New returns a Manager. It loads the live sessions' owners from the store
@@ -76,13 +82,14 @@ func New(ctx context.Context, opts *Options) (*Manager, error) {
 	o := *opts
 	setDefault(&o.MaxSessions, 100)
 	setDefault(&o.MaxSessionsPerOwner, 20)
+	setDefault(&o.MaxConcurrentExecutions, 4)
 	setDefault(&o.DefaultIdleTimeout, 15*time.Minute)
 	setDefault(&o.DefaultTTL, time.Hour)
 	setDefault(&o.MaxTTL, 24*time.Hour)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	m := &Manager{opts: o, flavors: maps.Clone(mcpbox.Flavors), live: map[string]int{}, pending: map[string]int{}, pools: map[string]*pool{}, subs: map[chan mcpbox.Event]struct{}{}}
+	m := &Manager{opts: o, flavors: maps.Clone(mcpbox.Flavors), live: map[string]int{}, pending: map[string]int{}, pools: map[string]*pool{}, conns: map[string]*sessionConn{}, subs: map[chan mcpbox.Event]struct{}{}}
 	for _, v := range o.Volumes {
 		if err := m.checkVolume(v); err != nil {
 			return nil, err

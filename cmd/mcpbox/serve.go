@@ -73,7 +73,7 @@ func (m *Main) serve(ctx context.Context, c config.Config) error {
 	mgr, err := manager.New(ctx, &manager.Options{
 		Pools:   pools,
 		Runtime: rt, Store: st, Logger: log, Flavors: flavors,
-		MaxSessions: c.MaxSessions, MaxSessionsPerOwner: c.MaxSessionsPerOwner,
+		MaxSessions: c.MaxSessions, MaxSessionsPerOwner: c.MaxSessionsPerOwner, MaxConcurrentExecutions: c.MaxConcurrentExecutions,
 		DefaultIdleTimeout: c.IdleTimeout, DefaultTTL: c.DefaultTTL, MaxTTL: c.MaxTTL,
 	})
 	if err != nil {

@@ -1,0 +1,212 @@
+package manager
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/mcpbox/mcpbox"
+	"github.com/mcpbox/mcpbox/agentclient"
+	"github.com/mcpbox/mcpbox/gen/filesystempb"
+)
+
+// sessionConn is what the manager keeps per live session: a client of its
+// agent and the slots that cap concurrent executions.
+type sessionConn struct {
+	client *agentclient.Client
+	slots  chan struct{}
+}
+
+// conn returns owner's running session and its connection, after
+// recording the use.
+func (m *Manager) conn(ctx context.Context, owner, id string) (*mcpbox.Session, *sessionConn, error) {
+	s, err := m.Touch(ctx, owner, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	m.connMu.Lock()
+	defer m.connMu.Unlock()
+	c := m.conns[id]
+	if c == nil {
+		c = &sessionConn{client: agentclient.New(s.Sandbox.Endpoint), slots: make(chan struct{}, m.opts.MaxConcurrentExecutions)}
+		m.conns[id] = c
+	}
+	return s, c, nil
+}
+
+// dropConn forgets a session's connection when it ends.
+func (m *Manager) dropConn(id string) {
+	m.connMu.Lock()
+	if c := m.conns[id]; c != nil {
+		c.client.Close()
+		delete(m.conns, id)
+	}
+	m.connMu.Unlock()
+}
+
+// acquire takes an execution slot, or fails at once when all are busy.
+func (m *Manager) acquire(id string, c *sessionConn) (func(), error) {
+	select {
+	case c.slots <- struct{}{}:
+		return func() { <-c.slots }, nil
+	default:
+		return nil, mcpbox.Errorf(mcpbox.ELIMIT, "session %s already runs its maximum of %d executions at once", id, cap(c.slots)).
+			With("limit", cap(c.slots)).With("session_id", id).
+			WithSuggestion("wait for a running execution to finish, or use another session")
+	}
+}
+
+// CommandRequest is a shell line to run in a session.
+type CommandRequest struct {
+	// Command is a whole shell line: pipes, redirects and && work.
+	Command string
+	Cwd     string
+	Env     map[string]string
+	// Timeout kills the command when it passes; 0 means 30s.
+	Timeout time.Duration
+}
+
+// CommandResult is how a command ended.
+type CommandResult struct {
+	Stdout, Stderr []byte
+	ExitCode       int
+	Duration       time.Duration
+}
+
+// RunCommand runs req in owner's session and returns once it ended. The
+// session's env and req.Env reach the command; output also streams to
+// onOutput (if set) as it comes.
+func (m *Manager) RunCommand(ctx context.Context, owner, id string, req CommandRequest, onOutput func(stderr bool, b []byte)) (*CommandResult, error) {
+	if req.Command == "" {
+		return nil, mcpbox.Errorf(mcpbox.EINVALID, "command is empty")
+	}
+	if req.Timeout == 0 {
+		req.Timeout = 30 * time.Second
+	}
+	if err := mcpbox.ValidateTimeout(req.Timeout); err != nil {
+		return nil, err
+	}
+	s, c, err := m.conn(ctx, owner, id)
+	if err != nil {
+		return nil, err
+	}
+	release, err := m.acquire(id, c)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	var out, errb bytes.Buffer
+	stdout, stderr := io.Writer(&out), io.Writer(&errb)
+	if onOutput != nil {
+		stdout = io.MultiWriter(&out, writerFunc(func(b []byte) { onOutput(false, b) }))
+		stderr = io.MultiWriter(&errb, writerFunc(func(b []byte) { onOutput(true, b) }))
+	}
+	rctx, cancel := context.WithTimeout(ctx, req.Timeout)
+	defer cancel()
+	start := time.Now()
+	res, err := c.client.Run(rctx, agentclient.Command{Cmd: "/bin/bash", Args: []string{"-c", req.Command},
+		Env: mergeEnv(s.Env, req.Env), Cwd: req.Cwd}, stdout, stderr)
+	if err != nil {
+		if rctx.Err() != nil && ctx.Err() == nil {
+			return nil, mcpbox.Errorf(mcpbox.ETIMEOUT, "the command ran past its timeout of %s and was killed", req.Timeout).
+				With("timeout_seconds", req.Timeout.Seconds()).With("stdout", out.String()).
+				WithSuggestion("raise the timeout, or run it with background: true")
+		}
+		return nil, agentError(err)
+	}
+	return &CommandResult{Stdout: out.Bytes(), Stderr: errb.Bytes(), ExitCode: res.ExitCode, Duration: time.Since(start)}, nil
+}
+
+type writerFunc func([]byte)
+
+func (f writerFunc) Write(b []byte) (int, error) { f(b); return len(b), nil }
+
+func mergeEnv(a, b map[string]string) map[string]string {
+	out := make(map[string]string, len(a)+len(b))
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}
+
+// ReadFile returns a file of owner's session.
+func (m *Manager) ReadFile(ctx context.Context, owner, id, path string) ([]byte, error) {
+	_, c, err := m.conn(ctx, owner, id)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := c.client.Download(ctx, path)
+	if err != nil {
+		return nil, agentError(err)
+	}
+	defer rc.Close()
+	return io.ReadAll(rc)
+}
+
+// WriteFile writes a file in owner's session, creating parents.
+func (m *Manager) WriteFile(ctx context.Context, owner, id, path string, data []byte) error {
+	_, c, err := m.conn(ctx, owner, id)
+	if err != nil {
+		return err
+	}
+	return agentError(c.client.Upload(ctx, path, bytes.NewReader(data)))
+}
+
+// ListFiles lists a directory of owner's session, depth levels deep.
+func (m *Manager) ListFiles(ctx context.Context, owner, id, path string, depth int) ([]*filesystempb.EntryInfo, error) {
+	_, c, err := m.conn(ctx, owner, id)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.client.Filesystem.ListDir(ctx, connect.NewRequest(&filesystempb.ListDirRequest{Path: path, Depth: uint32(max(depth, 1))}))
+	if err != nil {
+		return nil, agentError(err)
+	}
+	return resp.Msg.GetEntries(), nil
+}
+
+// agentError maps what the agent answered to a domain error.
+func agentError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var he *agentclient.HTTPError
+	if errors.As(err, &he) {
+		switch he.Status {
+		case http.StatusNotFound:
+			return mcpbox.Errorf(mcpbox.ENOTFOUND, "%s", he.Message).Wrap(err)
+		case http.StatusBadRequest:
+			return mcpbox.Errorf(mcpbox.EINVALID, "%s", he.Message).Wrap(err)
+		case http.StatusRequestEntityTooLarge, http.StatusInsufficientStorage:
+			return mcpbox.Errorf(mcpbox.ELIMIT, "%s", he.Message).Wrap(err).
+				WithSuggestion("write less, or use a larger flavor")
+		}
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeNotFound:
+		return mcpbox.Errorf(mcpbox.ENOTFOUND, "%s", connectMessage(err)).Wrap(err)
+	case connect.CodeInvalidArgument, connect.CodeAlreadyExists, connect.CodeFailedPrecondition:
+		return mcpbox.Errorf(mcpbox.EINVALID, "%s", connectMessage(err)).Wrap(err)
+	case connect.CodeDeadlineExceeded:
+		return mcpbox.Errorf(mcpbox.ETIMEOUT, "%s", connectMessage(err)).Wrap(err)
+	case connect.CodeResourceExhausted:
+		return mcpbox.Errorf(mcpbox.ELIMIT, "%s", connectMessage(err)).Wrap(err)
+	}
+	return mcpbox.Errorf(mcpbox.EINTERNAL, "sandbox agent").Wrap(err)
+}
+
+func connectMessage(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Message()
+	}
+	return err.Error()
+}

@@ -1,0 +1,97 @@
+package manager_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpbox/mcpbox"
+	"github.com/mcpbox/mcpbox/internal/testutil"
+	"github.com/mcpbox/mcpbox/manager"
+	"github.com/mcpbox/mcpbox/runtime/local"
+	"github.com/mcpbox/mcpbox/store/memstore"
+)
+
+func TestExecution(t *testing.T) {
+	testutil.RequireRoot(t)
+	rt, err := local.New(&local.Options{Home: testutil.Home(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	m, err := manager.New(ctx, &manager.Options{Runtime: rt, Store: memstore.New(), MaxConcurrentExecutions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := m.Create(ctx, "alice", manager.CreateRequest{Env: map[string]string{"GREETING": "hi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Track(s.ID)
+	defer m.Stop(ctx, "alice", s.ID)
+
+	t.Run("command", func(t *testing.T) {
+		var streamed strings.Builder
+		res, err := m.RunCommand(ctx, "alice", s.ID, manager.CommandRequest{Command: "echo $GREETING $EXTRA | tr a-z A-Z && echo oops >&2; exit 3", Env: map[string]string{"EXTRA": "there"}},
+			func(stderr bool, b []byte) { streamed.Write(b) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(res.Stdout) != "HI THERE\n" || string(res.Stderr) != "oops\n" || res.ExitCode != 3 || !strings.Contains(streamed.String(), "HI THERE") {
+			t.Errorf("got %q %q exit %d, streamed %q", res.Stdout, res.Stderr, res.ExitCode, streamed.String())
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		_, err := m.RunCommand(ctx, "alice", s.ID, manager.CommandRequest{Command: "echo started; sleep 30", Timeout: 500 * time.Millisecond}, nil)
+		if mcpbox.ErrorCode(err) != mcpbox.ETIMEOUT {
+			t.Errorf("err = %v, want %s", err, mcpbox.ETIMEOUT)
+		}
+	})
+	t.Run("concurrency limit", func(t *testing.T) {
+		var wg sync.WaitGroup
+		errs := make(chan error, 3)
+		for range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := m.RunCommand(ctx, "alice", s.ID, manager.CommandRequest{Command: "sleep 0.5"}, nil)
+				errs <- err
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		limited := 0
+		for err := range errs {
+			if mcpbox.ErrorCode(err) == mcpbox.ELIMIT {
+				limited++
+			} else if err != nil {
+				t.Error(err)
+			}
+		}
+		if limited != 1 {
+			t.Errorf("%d of 3 concurrent executions refused, want 1 (limit 2)", limited)
+		}
+	})
+	t.Run("files", func(t *testing.T) {
+		if err := m.WriteFile(ctx, "alice", s.ID, "/workspace/dir/a.txt", []byte("data")); err != nil {
+			t.Fatal(err)
+		}
+		b, err := m.ReadFile(ctx, "alice", s.ID, "/workspace/dir/a.txt")
+		if err != nil || string(b) != "data" {
+			t.Errorf("read %q, %v", b, err)
+		}
+		ents, err := m.ListFiles(ctx, "alice", s.ID, "/workspace", 2)
+		if err != nil || len(ents) != 2 || filepath.Base(ents[1].GetPath()) != "a.txt" {
+			t.Errorf("list = %v, %v", ents, err)
+		}
+		if _, err := m.ReadFile(ctx, "alice", s.ID, "/workspace/missing"); mcpbox.ErrorCode(err) != mcpbox.ENOTFOUND {
+			t.Errorf("missing file: %v", err)
+		}
+		if _, err := m.ReadFile(ctx, "bob", s.ID, "/workspace/dir/a.txt"); mcpbox.ErrorCode(err) != mcpbox.ESESSION {
+			t.Errorf("bob reading alice's file: %v", err)
+		}
+	})
+}
