@@ -75,6 +75,33 @@ func TestExecution(t *testing.T) {
 			t.Errorf("%d of 3 concurrent executions refused, want 1 (limit 2)", limited)
 		}
 	})
+	t.Run("background", func(t *testing.T) {
+		h, err := m.StartCommand(ctx, "alice", s.ID, manager.CommandRequest{Command: "echo first; sleep 30; echo never"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out *manager.CommandOutput
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if out, err = m.CommandOutput(ctx, "alice", s.ID, h); err != nil || len(out.Stdout) > 0 {
+				break
+			}
+		}
+		if err != nil || string(out.Stdout) != "first\n" || out.Done {
+			t.Fatalf("output so far %+v, %v", out, err)
+		}
+		if _, err := m.CommandOutput(ctx, "bob", s.ID, h); mcpbox.ErrorCode(err) != mcpbox.ESESSION {
+			t.Errorf("bob reading alice's command: %v", err)
+		}
+		if err := m.StopCommand(ctx, "alice", s.ID, h); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !out.Done; time.Sleep(10 * time.Millisecond) {
+			out, _ = m.CommandOutput(ctx, "alice", s.ID, h)
+		}
+		if !out.Done || strings.Contains(string(out.Stdout), "never") {
+			t.Errorf("after stop: %+v", out)
+		}
+	})
 	t.Run("files", func(t *testing.T) {
 		if err := m.WriteFile(ctx, "alice", s.ID, "/workspace/dir/a.txt", []byte("data")); err != nil {
 			t.Fatal(err)

@@ -71,6 +71,9 @@ type Manager struct {
 
 	connMu sync.Mutex
 	conns  map[string]*sessionConn // by session id
+
+	bgMu sync.Mutex
+	bg   map[string]*background // by handle
 }
 
 // New returns a Manager. It loads the live sessions' owners from the store
@@ -89,7 +92,7 @@ func New(ctx context.Context, opts *Options) (*Manager, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	m := &Manager{opts: o, flavors: maps.Clone(mcpbox.Flavors), live: map[string]int{}, pending: map[string]int{}, pools: map[string]*pool{}, conns: map[string]*sessionConn{}, subs: map[chan mcpbox.Event]struct{}{}}
+	m := &Manager{opts: o, flavors: maps.Clone(mcpbox.Flavors), live: map[string]int{}, pending: map[string]int{}, pools: map[string]*pool{}, conns: map[string]*sessionConn{}, bg: map[string]*background{}, subs: map[chan mcpbox.Event]struct{}{}}
 	for _, v := range o.Volumes {
 		if err := m.checkVolume(v); err != nil {
 			return nil, err
