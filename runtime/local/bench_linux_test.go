@@ -64,7 +64,7 @@ func BenchmarkProcessStart(b *testing.B) {
 	for _, codec := range []string{"proto", "json"} {
 		b.Run("sandbox-sh-true/codec="+codec, func(b *testing.B) {
 			rt := newRuntime(b)
-			sb, _ := newSandbox(b, rt, "small")
+			sb, _ := newSandbox(b, rt, mcpbox.Flavors["small"])
 			c := agentclient.New(sb.Endpoint, codecOption(codec)...)
 			defer c.Close()
 			var t testutil.Timings

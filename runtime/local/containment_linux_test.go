@@ -32,26 +32,12 @@ var tiny = mcpbox.Flavor{Name: "tiny", CPUs: 1, MemoryBytes: 256 << 20, DiskByte
 
 func newTinySandbox(t *testing.T, rt *local.Runtime) (*mcpbox.Sandbox, *agentclient.Client) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	sb, err := rt.Create(ctx, mcpbox.SandboxSpec{ID: testutil.ID(), Flavor: tiny})
-	if err != nil {
-		t.Fatalf("create: %v", err)
-	}
-	c := agentclient.New(sb.Endpoint)
-	t.Cleanup(func() {
-		c.Close()
-		if err := rt.Destroy(context.Background(), sb.ID); err != nil {
-			t.Errorf("destroy: %v", err)
-		}
-		assertGone(t, rt, sb)
-	})
-	return sb, c
+	return newSandbox(t, rt, tiny)
 }
 
 // assertGone checks that nothing of sb is left: its agent, any process in
 // its cgroups, its cgroup directories and its state directory.
-func assertGone(t *testing.T, rt *local.Runtime, sb *mcpbox.Sandbox) {
+func assertGone(t testing.TB, rt *local.Runtime, sb *mcpbox.Sandbox) {
 	t.Helper()
 	if err := syscall.Kill(sb.PID, 0); err == nil {
 		if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", sb.PID)); !bytes.Contains(st, []byte(") Z ")) {

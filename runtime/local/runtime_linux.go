@@ -512,10 +512,17 @@ func procStartTime(pid int) (uint64, error) {
 	return strconv.ParseUint(f[19], 10, 64)
 }
 
+// waitGone waits until pid has exited. A zombie counts as gone: an agent
+// from an earlier mcpbox was reparented to the host's init, which reaps it
+// when it pleases, but everything in its namespaces is dead already.
 func waitGone(pid int, limit time.Duration) {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
-		if err := syscall.Kill(pid, 0); err == syscall.ESRCH {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return
+		}
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X') {
 			return
 		}
 		time.Sleep(2 * time.Millisecond)

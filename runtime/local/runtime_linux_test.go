@@ -15,13 +15,9 @@ import (
 	"github.com/mcpbox/mcpbox/runtime/local"
 )
 
-// newSandbox creates a sandbox in a fresh home and destroys it at cleanup.
-func newSandbox(t testing.TB, rt *local.Runtime, flavor string) (*mcpbox.Sandbox, *agentclient.Client) {
+// newSandbox creates a sandbox and destroys it at cleanup.
+func newSandbox(t testing.TB, rt *local.Runtime, fl mcpbox.Flavor) (*mcpbox.Sandbox, *agentclient.Client) {
 	t.Helper()
-	fl, err := mcpbox.LookupFlavor(flavor)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sb, err := rt.Create(ctx, mcpbox.SandboxSpec{ID: testutil.ID(), Flavor: fl})
@@ -34,6 +30,7 @@ func newSandbox(t testing.TB, rt *local.Runtime, flavor string) (*mcpbox.Sandbox
 		if err := rt.Destroy(context.Background(), sb.ID); err != nil {
 			t.Errorf("destroy: %v", err)
 		}
+		assertGone(t, rt, sb)
 	})
 	return sb, c
 }
@@ -63,7 +60,7 @@ func run(t testing.TB, c *agentclient.Client, timeout time.Duration, argv ...str
 
 func TestCreateRunDestroy(t *testing.T) {
 	rt := newRuntime(t)
-	sb, c := newSandbox(t, rt, "small")
+	sb, c := newSandbox(t, rt, mcpbox.Flavors["small"])
 	out, _, res := run(t, c, 10*time.Second, "sh", "-c", "id -u; pwd; echo $HOME; hostname; cat /proc/self/status | grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):'")
 	if res.ExitCode != 0 {
 		t.Fatalf("exit %d", res.ExitCode)
