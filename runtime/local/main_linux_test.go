@@ -16,6 +16,13 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == local.InitArg {
 		local.InitMain()
 	}
+	if os.Getenv("MCPBOX_ROOTLESS_INNER") != "" {
+		if err := rootlessInner(); err != nil {
+			fmt.Fprintln(os.Stderr, "rootless:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	code := m.Run()
 	// After the whole suite: nothing of any sandbox may be left.
 	if leaks := testutil.CheckLeaks(); len(leaks) > 0 {

@@ -3,6 +3,8 @@ package local_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -18,13 +20,10 @@ import (
 	"github.com/mcpbox/mcpbox/runtime/local"
 )
 
-// TestRootless runs TestRootlessInner as an unprivileged user (nobody):
-// the runtime must then work through a user namespace with one uid mapped
-// and say it is rootless.
+// TestRootless runs rootlessInner as an unprivileged user (nobody): the
+// runtime must then work through a user namespace with one uid mapped and
+// say it is rootless.
 func TestRootless(t *testing.T) {
-	if os.Getenv("MCPBOX_ROOTLESS_INNER") != "" {
-		t.Skip("inner run")
-	}
 	testutil.RequireRoot(t)
 	// The test binary sits in a directory only root may enter: copy it out.
 	dir, err := os.MkdirTemp("", "mcpbox-rootless-")
@@ -49,38 +48,36 @@ func TestRootless(t *testing.T) {
 	os.Mkdir(home, 0o755)
 	os.Chown(home, 65534, 65534)
 
-	cmd := exec.Command(bin, "-test.run", "^TestRootlessInner$", "-test.v", "-test.count=1")
+	cmd := exec.Command(bin)
 	cmd.Env = []string{"MCPBOX_ROOTLESS_INNER=1", "MCPBOX_HOME=" + home, "PATH=" + local.DefaultPath, "HOME=" + home}
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
 	out, err := cmd.CombinedOutput()
-	if err != nil || !bytes.Contains(out, []byte("--- PASS: TestRootlessInner")) {
+	if err != nil || !bytes.Contains(out, []byte("rootless: ok")) {
 		t.Fatalf("rootless run failed: %v\n%s", err, out)
 	}
 }
 
-// TestRootlessInner is the unprivileged half of TestRootless.
-func TestRootlessInner(t *testing.T) {
-	if os.Getenv("MCPBOX_ROOTLESS_INNER") == "" {
-		t.Skip("runs only inside TestRootless, as an unprivileged user")
-	}
+// rootlessInner is the unprivileged half of TestRootless, run by TestMain
+// when MCPBOX_ROOTLESS_INNER is set. It prints "rootless: ok" on success.
+func rootlessInner() error {
 	rt, err := local.New(nil)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	if !rt.Rootless() {
-		t.Fatal("runtime does not say it is rootless")
+		return errors.New("runtime does not say it is rootless")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	fl, _ := mcpbox.LookupFlavor("small")
-	sb, err := rt.Create(ctx, mcpbox.SandboxSpec{ID: testutil.ID(), Flavor: fl})
+	sb, err := rt.Create(ctx, mcpbox.SandboxSpec{ID: mcpbox.NewID(), Flavor: fl})
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer rt.Destroy(context.Background(), sb.ID)
 	if !sb.Rootless {
-		t.Error("sandbox does not say it is rootless")
+		return errors.New("sandbox does not say it is rootless")
 	}
 	c := agentclient.New(sb.Endpoint)
 	defer c.Close()
@@ -88,16 +85,18 @@ func TestRootlessInner(t *testing.T) {
 	res, err := c.Run(ctx, agentclient.Command{Cmd: "sh", Args: []string{"-c",
 		"id -u; grep CapEff /proc/self/status; python3 -c 'print(6*7)'; touch /usr/x 2>&1; ls /proc | grep -c '^[0-9]'"}}, &out, &out)
 	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("%v %v: %s", res, err, out.String())
+		return fmt.Errorf("%v %v: %s", res, err, out.String())
 	}
 	for _, want := range []string{"0\n", "CapEff:\t0000000000000000", "42\n", "Read-only file system"} {
 		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
+			return fmt.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
 	if err := rt.Destroy(context.Background(), sb.ID); err != nil {
-		t.Fatal(err)
+		return err
 	}
+	fmt.Println("rootless: ok")
+	return nil
 }
 
 // TestAgentSIGTERM checks PID 1's shutdown: on SIGTERM the agent stops its
