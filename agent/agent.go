@@ -5,7 +5,8 @@
 //   - Connect RPC process.Process and filesystem.Filesystem, JSON and
 //     binary codecs, over HTTP/1.1 and h2c;
 //   - GET and POST /files;
-//   - GET /health.
+//   - GET /health;
+//   - the code interpreter's POST /execute and /contexts (package kernel).
 //
 // The host side reaches it through package agentclient; the E2B adapter
 // forwards SDK traffic to it unchanged. The agent imports nothing from the
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	"github.com/mcpbox/mcpbox/agent/filesystem"
+	"github.com/mcpbox/mcpbox/agent/kernel"
 	"github.com/mcpbox/mcpbox/agent/process"
 	"github.com/mcpbox/mcpbox/gen/filesystempb/filesystempbconnect"
 	"github.com/mcpbox/mcpbox/gen/processpb/processpbconnect"
@@ -54,8 +56,9 @@ type Options struct {
 
 // Agent is the agent's HTTP handler and the state behind it.
 type Agent struct {
-	mux  *http.ServeMux
-	proc *process.Service
+	mux     *http.ServeMux
+	proc    *process.Service
+	kernels *kernel.Manager
 }
 
 // New returns an Agent for opts (nil means defaults).
@@ -85,14 +88,21 @@ func New(opts *Options) *Agent {
 		MaxFileBytes: o.MaxFileBytes,
 		Logger:       o.Logger,
 	})
+	kernels := kernel.New(&kernel.Options{
+		UID: o.UID, GID: o.GID, Env: o.Env, Home: o.Home, Logger: o.Logger,
+	})
 	mux := http.NewServeMux()
+	kh := kernels.Handler()
+	mux.Handle("/execute", kh)
+	mux.Handle("/contexts", kh)
+	mux.Handle("/contexts/", kh)
 	mux.Handle(processpbconnect.NewProcessHandler(proc))
 	mux.Handle(filesystempbconnect.NewFilesystemHandler(fs))
 	mux.Handle("/files", fs.FilesHandler())
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	})
-	return &Agent{mux: mux, proc: proc}
+	return &Agent{mux: mux, proc: proc, kernels: kernels}
 }
 
 func (a *Agent) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
@@ -100,6 +110,7 @@ func (a *Agent) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeH
 // Close kills every process the agent started.
 func (a *Agent) Close() error {
 	a.proc.Close()
+	a.kernels.Close()
 	return nil
 }
 

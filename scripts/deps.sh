@@ -34,6 +34,8 @@ for n in "${needs[@]}"; do
   read -r prog pkg <<<"$n"
   have "$prog" || missing+=("$pkg")
 done
+# The Python kernel's plot path is tested with Debian's matplotlib.
+/usr/bin/python3 -c 'import matplotlib' 2>/dev/null || missing+=(python3-matplotlib)
 # cgo needs libc's headers too (a Recommends of gcc, so not always there).
 [[ -e /usr/include/stdlib.h ]] || missing+=(libc6-dev)
 

@@ -1,0 +1,149 @@
+# The Python kernel driver: one per context, started by the agent as
+# `python3 -u -c <this file>`. Requests arrive as JSON lines on fd 3 and
+# events leave as JSON lines on fd 4, so the user's own stdout (fd 1) is
+# never part of the protocol. print() and sys.stderr go through fd 4, in
+# order; what is written to fd 1/2 directly (C extensions, subprocesses)
+# reaches the agent through those pipes, and a marker written to both at
+# the end of each cell tells the agent it has all of it.
+import ast, base64, io, json, os, sys, traceback
+
+_req = os.fdopen(3, "r", encoding="utf-8")
+_ev = os.fdopen(4, "w", encoding="utf-8", errors="surrogateescape")
+
+
+def _send(**ev):
+    _ev.write(json.dumps(ev, default=str) + "\n")
+    _ev.flush()
+
+
+class _Stream(io.TextIOBase):
+    """sys.stdout / sys.stderr: each write becomes an event."""
+
+    def __init__(self, name, fd):
+        self.name, self._fd = name, fd
+
+    def writable(self):
+        return True
+
+    def write(self, s):
+        if s:
+            _send(type=self.name, text=s)
+        return len(s)
+
+    def fileno(self):
+        return self._fd
+
+    def isatty(self):
+        return False
+
+
+sys.stdout = _Stream("stdout", 1)
+sys.stderr = _Stream("stderr", 2)
+_globals = {"__name__": "__main__", "__builtins__": __builtins__}
+_MIME = [("text/html", "_repr_html_", "html"), ("text/markdown", "_repr_markdown_", "markdown"),
+         ("image/svg+xml", "_repr_svg_", "svg"), ("image/png", "_repr_png_", "png"),
+         ("image/jpeg", "_repr_jpeg_", "jpeg"), ("application/json", "_repr_json_", "json"),
+         ("text/latex", "_repr_latex_", "latex")]
+
+
+def _result(value, main):
+    r = {"type": "result", "text": repr(value), "is_main_result": main}
+    for _, method, field in _MIME:
+        fn = getattr(value, method, None)
+        if callable(fn):
+            try:
+                out = fn()
+            except Exception:
+                continue
+            if out is None:
+                continue
+            if isinstance(out, bytes):
+                out = base64.b64encode(out).decode()
+            elif field == "json":
+                out = json.loads(json.dumps(out, default=str))
+            r[field] = out
+    _send(**r)
+
+
+def _figures():
+    """Figures left open (or shown) at the end of a cell, as PNG results."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return
+    for num in plt.get_fignums():
+        buf = io.BytesIO()
+        plt.figure(num).savefig(buf, format="png")
+        _send(type="result", png=base64.b64encode(buf.getvalue()).decode(), text="<Figure>", is_main_result=False)
+    plt.close("all")
+
+
+def _error(exc):
+    tb = exc.__traceback__
+    # Drop the driver's own frames: the user's code starts at <cell>.
+    while tb is not None and tb.tb_frame.f_code.co_filename != "<cell>":
+        tb = tb.tb_next
+    lines = traceback.format_exception(type(exc), exc, tb)
+    _send(type="error", name=type(exc).__name__, value=str(exc), traceback="".join(lines))
+
+
+def _run(code):
+    tree = ast.parse(code, "<cell>", "exec")
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    exec(compile(tree, "<cell>", "exec"), _globals)
+    if last is not None:
+        value = eval(compile(last, "<cell>", "eval"), _globals)
+        if value is not None:
+            _result(value, True)
+
+
+def _handler(event):
+    """Lambda-style: call handler(event, context) and send its JSON value."""
+    import time, uuid
+    fn = _globals.get("handler")
+    if not callable(fn):
+        raise NameError("handler mode needs a function handler(event, context)")
+    deadline = time.monotonic() + float(os.environ.get("MCPBOX_HANDLER_TIMEOUT", "30"))
+
+    class Context:
+        aws_request_id = str(uuid.uuid4())
+        function_name = "handler"
+
+        def get_remaining_time_in_millis(self):
+            return max(0, int((deadline - time.monotonic()) * 1000))
+
+    value = fn(event, Context())
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        raise TypeError("handler returned a %s, which cannot be encoded as JSON" % type(value).__name__) from None
+    _send(type="return_value", value=json.loads(text))
+
+
+def _main():
+    while True:
+        try:
+            line = _req.readline()
+        except KeyboardInterrupt:
+            continue  # an interrupt that arrived between cells
+        if not line:
+            return
+        req = json.loads(line)
+        for k, v in (req.get("env") or {}).items():
+            os.environ[k] = v
+        try:
+            _run(req["code"])
+            if "event" in req:
+                _handler(req["event"])
+            _figures()
+        except BaseException as exc:  # KeyboardInterrupt and SystemExit too
+            _error(exc)
+        finally:
+            sys.stdout.flush()
+            os.write(1, req["marker"].encode())
+            os.write(2, req["marker"].encode())
+            _send(type="done")
+
+
+_main()

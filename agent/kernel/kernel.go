@@ -1,0 +1,334 @@
+// Package kernel keeps language kernels alive inside the sandbox so state
+// persists between calls, and serves them with the code interpreter's wire
+// API (see shared/reference/e2b-wire.md, port 49999):
+//
+//	POST   /execute               NDJSON: stdout, stderr, result, error,
+//	                              return_value, number_of_executions, and
+//	                              always last end_of_execution
+//	POST   /contexts              {language, cwd} → {id, language, cwd}
+//	GET    /contexts
+//	POST   /contexts/{id}/restart
+//	DELETE /contexts/{id}
+//
+// A context is one kernel process with its own state and cwd; the first
+// execution in a language without a context_id uses (and creates) that
+// language's default context. The drivers are small programs embedded in
+// the binary and passed on the command line, so nothing is written inside
+// the sandbox; they speak JSON lines over their own pipes (fds 3 and 4).
+//
+// Timeouts interrupt the cell (SIGINT → KeyboardInterrupt) and keep the
+// state; a cell that does not stop within interruptGrace gets its kernel
+// killed and restarted, and the reply says the state was lost. Output past
+// MaxOutputBytes per stream per execution is dropped, and a note on stderr
+// says how much. Output that is not UTF-8 reaches JSON with each invalid
+// run of bytes replaced by U+FFFD.
+package kernel
+
+import (
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+)
+
+//go:embed drivers/python.py
+var pythonDriver string
+
+// driver is how to start a language's kernel.
+type driver struct {
+	program string
+	args    []string
+	env     map[string]string
+}
+
+var drivers = map[string]driver{
+	"python": {program: "python3", args: []string{"-u", "-c", pythonDriver},
+		env: map[string]string{"MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1"}},
+}
+
+// Options configure a Manager.
+type Options struct {
+	// UID and GID are the identity kernels run as.
+	UID, GID int
+	// Env is the kernels' base environment.
+	Env map[string]string
+	// Home is the default cwd of new contexts.
+	Home string
+	// MaxOutputBytes caps each stream of one execution; default 1 MiB.
+	MaxOutputBytes int64
+	Logger         *slog.Logger
+}
+
+// Manager owns the contexts. It is safe for concurrent use.
+type Manager struct {
+	opts Options
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	contexts map[string]*kctx
+	defaults map[string]*kctx // by language
+}
+
+// New returns a Manager.
+func New(opts *Options) *Manager {
+	m := &Manager{contexts: map[string]*kctx{}, defaults: map[string]*kctx{}}
+	if opts != nil {
+		m.opts = *opts
+	}
+	if m.opts.MaxOutputBytes <= 0 {
+		m.opts.MaxOutputBytes = 1 << 20
+	}
+	if m.opts.Home == "" {
+		m.opts.Home = "/"
+	}
+	m.log = m.opts.Logger
+	if m.log == nil {
+		m.log = slog.New(slog.DiscardHandler)
+	}
+	return m
+}
+
+func (m *Manager) env(extra map[string]string) []string {
+	env := maps.Clone(m.opts.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, extra)
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+// Close kills every kernel.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	ctxs := make([]*kctx, 0, len(m.contexts))
+	for _, c := range m.contexts {
+		ctxs = append(ctxs, c)
+	}
+	m.mu.Unlock()
+	for _, c := range ctxs {
+		c.mu.Lock()
+		if c.k != nil {
+			c.k.kill()
+			c.k = nil
+		}
+		c.mu.Unlock()
+	}
+}
+
+// create makes a context; its kernel starts on first use.
+func (m *Manager) create(language, cwd string) (*kctx, error) {
+	if language == "" {
+		language = "python"
+	}
+	if _, ok := drivers[language]; !ok {
+		return nil, fmt.Errorf("unsupported language %q: this agent runs python", language)
+	}
+	if cwd == "" {
+		cwd = m.opts.Home
+	}
+	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("cwd %q is not a directory", cwd)
+	}
+	c := &kctx{ID: newID(), Language: language, Cwd: cwd, m: m}
+	m.mu.Lock()
+	m.contexts[c.ID] = c
+	m.mu.Unlock()
+	return c, nil
+}
+
+// Handler serves the code interpreter's routes.
+func (m *Manager) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /execute", m.handleExecute)
+	mux.HandleFunc("POST /contexts", m.handleCreate)
+	mux.HandleFunc("GET /contexts", m.handleList)
+	mux.HandleFunc("POST /contexts/{id}/restart", m.handleRestart)
+	mux.HandleFunc("DELETE /contexts/{id}", m.handleDelete)
+	return mux
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(map[string]any{"code": code, "message": msg})
+}
+
+type executeRequest struct {
+	Code      string            `json:"code"`
+	ContextID string            `json:"context_id"`
+	Language  string            `json:"language"`
+	EnvVars   map[string]string `json:"env_vars"`
+	Event     *json.RawMessage  `json:"event"`
+	// Timeout in seconds; 0 means none beyond the request's own context.
+	Timeout float64 `json:"timeout"`
+}
+
+func (m *Manager) handleExecute(w http.ResponseWriter, r *http.Request) {
+	var req executeRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<20)).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "bad request body: "+err.Error())
+		return
+	}
+	if req.ContextID != "" && req.Language != "" {
+		writeError(w, http.StatusBadRequest, "give context_id or language, not both: a context already has its language")
+		return
+	}
+	c, err := m.resolve(req.ContextID, req.Language)
+	if err != nil {
+		status := http.StatusBadRequest
+		if req.ContextID != "" {
+			status = http.StatusNotFound
+		}
+		writeError(w, status, err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	enc := json.NewEncoder(w)
+	c.execute(r.Context(), req.Code, req.EnvVars, req.Event, time.Duration(req.Timeout*float64(time.Second)), func(ev Event) {
+		enc.Encode(ev)
+		if flusher != nil {
+			flusher.Flush()
+		}
+	})
+}
+
+// resolve finds the context an execution runs in.
+func (m *Manager) resolve(id, language string) (*kctx, error) {
+	if id != "" {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if c := m.contexts[id]; c != nil {
+			return c, nil
+		}
+		return nil, fmt.Errorf("no context %q", id)
+	}
+	if language == "" {
+		language = "python"
+	}
+	m.mu.Lock()
+	c := m.defaults[language]
+	m.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	c, err := m.create(language, "")
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if d := m.defaults[language]; d != nil { // another request won the race
+		delete(m.contexts, c.ID)
+		return d, nil
+	}
+	m.defaults[language] = c
+	return c, nil
+}
+
+func (m *Manager) handleCreate(w http.ResponseWriter, r *http.Request) {
+	var req struct{ Language, Cwd string }
+	if r.ContentLength != 0 {
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			writeError(w, http.StatusBadRequest, "bad request body: "+err.Error())
+			return
+		}
+	}
+	c, err := m.create(req.Language, req.Cwd)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(c)
+}
+
+func (m *Manager) handleList(w http.ResponseWriter, _ *http.Request) {
+	m.mu.Lock()
+	out := make([]*kctx, 0, len(m.contexts))
+	for _, c := range m.contexts {
+		out = append(out, c)
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(out)
+}
+
+func (m *Manager) lookup(w http.ResponseWriter, r *http.Request) *kctx {
+	m.mu.Lock()
+	c := m.contexts[r.PathValue("id")]
+	m.mu.Unlock()
+	if c == nil {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no context %q", r.PathValue("id")))
+	}
+	return c
+}
+
+// handleRestart kills the context's kernel; the next execution starts a
+// fresh one.
+func (m *Manager) handleRestart(w http.ResponseWriter, r *http.Request) {
+	c := m.lookup(w, r)
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	if c.k != nil {
+		c.k.kill()
+		c.k = nil
+	}
+	c.count = 0
+	c.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (m *Manager) handleDelete(w http.ResponseWriter, r *http.Request) {
+	c := m.lookup(w, r)
+	if c == nil {
+		return
+	}
+	m.mu.Lock()
+	delete(m.contexts, c.ID)
+	if m.defaults[c.Language] == c {
+		delete(m.defaults, c.Language)
+	}
+	m.mu.Unlock()
+	c.mu.Lock()
+	if c.k != nil {
+		c.k.kill()
+		c.k = nil
+	}
+	c.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// lookPath finds file in path (the kernels' PATH, not the agent's).
+func lookPath(file, path string) (string, error) {
+	for _, dir := range filepath.SplitList(path) {
+		p := filepath.Join(dir, file)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s is not installed in this sandbox (not found in PATH %s)", file, path)
+}
+
+func newID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
