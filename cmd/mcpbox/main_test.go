@@ -50,7 +50,11 @@ func TestRunLanguages(t *testing.T) {
 	}{
 		{"python", "", []string{"run", "print(6*7)"}, 0, "42\n", ""},
 		{"python exit code", "", []string{"run", "import sys; print('bye'); sys.exit(3)"}, 3, "bye\n", ""},
-		{"python stderr", "", []string{"run", "import sys; sys.stderr.write('oops\\n')"}, 0, "", "oops\n"},
+		{"python stderr", "", []string{"run", "import sys; _ = sys.stderr.write('oops\\n')"}, 0, "", "oops\n"},
+		{"python last expression", "", []string{"run", "x = 6\nx * 7"}, 0, "42\n", ""},
+		{"python exception", "", []string{"run", "1/0"}, 1, "", "ZeroDivisionError"},
+		{"python timeout", "", []string{"run", "--timeout", "1s", "print('started', flush=True)\nwhile True: pass"}, 124, "started\n", "timed out after 1s"},
+		{"handler mode", "", []string{"run", "--event", `{"a": 1}`, "def handler(event, context):\n    return {'b': event['a'] + 1}"}, 0, "{\"b\":2}\n", ""},
 		{"javascript", "", []string{"run", "-l", "javascript", "console.log([1,2].map(x => x*2).join(','))"}, 0, "2,4\n", ""},
 		{"shell", "", []string{"run", "--language", "shell", "echo $((6*7)); exit 5"}, 5, "42\n", ""},
 		{"stdin code", "print('via stdin')", []string{"run", "-"}, 0, "via stdin\n", ""},
@@ -92,6 +96,8 @@ func TestRunBadInput(t *testing.T) {
 		{"code and file", []string{"run", "--file", "x.py", "a"}, 2, "not both"},
 		{"missing file", []string{"run", "--file", "/nonexistent/x.py"}, 2, "no such file"},
 		{"bad env", []string{"run", "--env", "NOEQUALS", "x"}, 2, "expected K=V"},
+		{"bad event", []string{"run", "--event", "{nope", "x"}, 2, "not valid JSON"},
+		{"event outside python", []string{"run", "-l", "shell", "--event", "1", "x"}, 2, "needs --language python"},
 		{"unknown command", []string{"frobnicate"}, 2, "unknown command"},
 	}
 	for _, tt := range tests {

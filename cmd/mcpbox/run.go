@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -28,20 +30,25 @@ var interpreters = map[mcpbox.Language][2]string{
 
 func (m *Main) runCommand() *cobra.Command {
 	var (
-		lang, flavor, file string
-		timeout            time.Duration
-		envs               []string
+		lang, flavor, file, event string
+		timeout                   time.Duration
+		envs                      []string
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags] (CODE | --file F | -)",
 		Short: "Run code once in a new sandbox, then destroy it",
-		Long: `Run code once in a new sandbox: create it, run the code with python3 -c,
-node -e or sh -c, stream its stdout and stderr, destroy the sandbox and exit
-with the program's exit code (124 when it ran past --timeout, 125 when
-mcpbox itself failed).`,
+		Long: `Run code once in a new sandbox: create it, run the code, stream its stdout
+and stderr, destroy the sandbox and exit with the program's exit code (124
+when it ran past --timeout, 125 when mcpbox itself failed).
+
+Python runs in a kernel, so the value of the last expression is printed,
+as in a notebook, and --event calls the code's handler(event, context) with
+the given JSON and prints what it returns. JavaScript runs with node -e and
+shell with sh -c.`,
 		Example: `  mcpbox run 'print(1+1)'
   mcpbox run --language shell 'uname -a'
-  echo 'console.log(42)' | mcpbox run -l javascript -`,
+  echo 'console.log(42)' | mcpbox run -l javascript -
+  mcpbox run --event '{"a": 1}' 'def handler(event, context): return event["a"] + 1'`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			l, err := mcpbox.ParseLanguage(lang)
 			if err != nil {
@@ -66,8 +73,20 @@ mcpbox itself failed).`,
 			if err := checkInterpreter(interp[0]); err != nil {
 				return err
 			}
-			return m.runOnce(cmd.Context(), fl, env, timeout,
-				agentclient.Command{Cmd: interp[0], Args: []string{interp[1], code}})
+			if event != "" && l != mcpbox.Python {
+				return mcpbox.Errorf(mcpbox.EINVALID, "--event needs --language python: handler mode runs in the Python kernel")
+			}
+			if event != "" && !json.Valid([]byte(event)) {
+				return mcpbox.Errorf(mcpbox.EINVALID, "--event %q is not valid JSON", event)
+			}
+			if l == mcpbox.Python {
+				return m.runOnce(cmd.Context(), fl, env, timeout, func(ctx context.Context, c *agentclient.Client) error {
+					return m.runKernel(ctx, c, code, event, timeout)
+				})
+			}
+			return m.runOnce(cmd.Context(), fl, env, timeout, func(ctx context.Context, c *agentclient.Client) error {
+				return m.runProcess(ctx, c, timeout, agentclient.Command{Cmd: interp[0], Args: []string{interp[1], code}})
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -76,6 +95,7 @@ mcpbox itself failed).`,
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "kill the program after this long (at most 1h)")
 	f.StringArrayVarP(&envs, "env", "e", nil, "set an environment variable, K=V (repeatable)")
 	f.StringVarP(&file, "file", "f", "", "read the code from this file")
+	f.StringVar(&event, "event", "", "handler mode: call handler(event, context) with this JSON and print its value")
 	return cmd
 }
 
@@ -131,7 +151,8 @@ func checkInterpreter(prog string) error {
 		WithSuggestion("install it on the host: apt-get install " + pkg)
 }
 
-func (m *Main) runOnce(ctx context.Context, fl mcpbox.Flavor, env map[string]string, timeout time.Duration, c agentclient.Command) error {
+// runOnce creates a sandbox, runs f against its agent and destroys it.
+func (m *Main) runOnce(ctx context.Context, fl mcpbox.Flavor, env map[string]string, timeout time.Duration, f func(context.Context, *agentclient.Client) error) error {
 	rt, err := m.runtime()
 	if err != nil {
 		return err
@@ -142,9 +163,17 @@ func (m *Main) runOnce(ctx context.Context, fl mcpbox.Flavor, env map[string]str
 	}
 	// Destroy even when ctx was cancelled (Ctrl-C): nothing may be left.
 	defer rt.Destroy(context.WithoutCancel(ctx), sb.ID)
-
 	client := agentclient.New(sb.Endpoint)
 	defer client.Close()
+	err = f(ctx, client)
+	if err != nil && ctx.Err() != nil {
+		return &exitError{130}
+	}
+	return err
+}
+
+// runProcess runs c as a plain process.
+func (m *Main) runProcess(ctx context.Context, client *agentclient.Client, timeout time.Duration, c agentclient.Command) error {
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	res, err := client.Run(rctx, c, m.Stdout, m.Stderr)
@@ -152,9 +181,6 @@ func (m *Main) runOnce(ctx context.Context, fl mcpbox.Flavor, env map[string]str
 		if connect.CodeOf(err) == connect.CodeDeadlineExceeded || errors.Is(err, context.DeadlineExceeded) {
 			fmt.Fprintf(m.Stderr, "mcpbox: timed out after %s; the program was killed\n", timeout)
 			return &exitError{exitTimeout}
-		}
-		if ctx.Err() != nil {
-			return &exitError{130}
 		}
 		return fmt.Errorf("run in sandbox: %w", err)
 	}
@@ -165,6 +191,59 @@ func (m *Main) runOnce(ctx context.Context, fl mcpbox.Flavor, env map[string]str
 		return &exitError{res.ExitCode}
 	}
 	return nil
+}
+
+// runKernel runs code in the sandbox's Python kernel: output streams as it
+// comes, the last expression's value and a handler's return value are
+// printed, and an error prints its traceback and exits 1.
+func (m *Main) runKernel(ctx context.Context, client *agentclient.Client, code, event string, timeout time.Duration) error {
+	req := agentclient.ExecuteRequest{Code: code, Language: "python", Timeout: timeout.Seconds()}
+	if event != "" {
+		req.Event = json.RawMessage(event)
+	}
+	start := time.Now()
+	var failed agentclient.Event
+	err := client.Execute(ctx, req, func(ev agentclient.Event) {
+		switch ev.Type() {
+		case "stdout":
+			io.WriteString(m.Stdout, ev.Text())
+		case "stderr":
+			io.WriteString(m.Stderr, ev.Text())
+		case "result":
+			if ev["is_main_result"] == true && ev.Text() != "" {
+				fmt.Fprintln(m.Stdout, ev.Text())
+			}
+		case "return_value":
+			b, _ := json.Marshal(ev["value"])
+			fmt.Fprintln(m.Stdout, string(b))
+		case "error":
+			if failed == nil {
+				failed = ev
+			}
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("run in sandbox: %w", err)
+	}
+	if failed == nil {
+		return nil
+	}
+	name, _ := failed["name"].(string)
+	if (name == "KeyboardInterrupt" || name == "KernelRestarted") && time.Since(start) >= timeout {
+		fmt.Fprintf(m.Stderr, "mcpbox: timed out after %s; the code was interrupted\n", timeout)
+		return &exitError{exitTimeout}
+	}
+	if tb, _ := failed["traceback"].(string); tb != "" {
+		io.WriteString(m.Stderr, tb)
+	} else {
+		fmt.Fprintf(m.Stderr, "%s: %v\n", name, failed["value"])
+	}
+	if name == "SystemExit" {
+		if n, err := strconv.Atoi(fmt.Sprint(failed["value"])); err == nil {
+			return &exitError{n}
+		}
+	}
+	return &exitError{1}
 }
 
 // signalNumber recovers the signal from a status such as "signal: killed".
