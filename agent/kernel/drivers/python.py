@@ -5,7 +5,10 @@
 # order; what is written to fd 1/2 directly (C extensions, subprocesses)
 # reaches the agent through those pipes, and a marker written to both at
 # the end of each cell tells the agent it has all of it.
-import ast, base64, io, json, os, sys, traceback
+# Start-up is on the path of every first execution, so only what every
+# cell needs is imported here: _ast is built in (the ast module costs
+# milliseconds), and base64 and traceback load when a cell needs them.
+import _ast, io, json, os, sys
 
 _req = os.fdopen(3, "r", encoding="utf-8")
 _ev = os.fdopen(4, "w", encoding="utf-8", errors="surrogateescape")
@@ -58,6 +61,7 @@ def _result(value, main):
             if out is None:
                 continue
             if isinstance(out, bytes):
+                import base64
                 out = base64.b64encode(out).decode()
             elif field == "json":
                 out = json.loads(json.dumps(out, default=str))
@@ -70,6 +74,7 @@ def _figures():
     plt = sys.modules.get("matplotlib.pyplot")
     if plt is None:
         return
+    import base64
     for num in plt.get_fignums():
         buf = io.BytesIO()
         plt.figure(num).savefig(buf, format="png")
@@ -78,6 +83,7 @@ def _figures():
 
 
 def _error(exc):
+    import traceback
     tb = exc.__traceback__
     # Drop the driver's own frames: the user's code starts at <cell>.
     while tb is not None and tb.tb_frame.f_code.co_filename != "<cell>":
@@ -87,10 +93,10 @@ def _error(exc):
 
 
 def _run(code):
-    tree = ast.parse(code, "<cell>", "exec")
+    tree = compile(code, "<cell>", "exec", _ast.PyCF_ONLY_AST)
     last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = ast.Expression(tree.body.pop().value)
+    if tree.body and isinstance(tree.body[-1], _ast.Expr):
+        last = _ast.Expression(tree.body.pop().value)
     exec(compile(tree, "<cell>", "exec"), _globals)
     if last is not None:
         value = eval(compile(last, "<cell>", "eval"), _globals)
