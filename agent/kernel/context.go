@@ -150,9 +150,15 @@ func (c *kctx) execute(ctx context.Context, code string, env map[string]string, 
 	c.count++
 	b := make([]byte, 12)
 	rand.Read(b)
-	marker := "\x00mcpbox-end-" + hex.EncodeToString(b) + "\x00"
-	line, _ := json.Marshal(request{Code: code, Env: env, Marker: marker, Event: event})
-	if _, err := c.k.req.Write(append(line, '\n')); err != nil {
+	// No NUL: the shell driver frames cells with NUL, and bash variables
+	// cannot hold one.
+	marker := "\x1emcpbox-end-" + hex.EncodeToString(b) + "\x1e"
+	msg, err := drivers[c.Language].encode(request{Code: code, Env: env, Marker: marker, Event: event})
+	if err != nil {
+		emit(Event{"type": "error", "name": "InvalidRequest", "value": err.Error(), "traceback": ""})
+		return
+	}
+	if _, err := c.k.req.Write(msg); err != nil {
 		c.died(emit, "the kernel was gone before the cell started")
 		return
 	}
@@ -167,6 +173,10 @@ func (c *kctx) execute(ctx context.Context, code string, env map[string]string, 
 		emit(Event{"type": "error", "name": "KernelRestarted", "traceback": "",
 			"value": fmt.Sprintf("the cell did not stop within %s of being interrupted; the kernel was restarted and its state is lost", interruptGrace)})
 		return
+	}
+	if r.exitCode != 0 {
+		emit(Event{"type": "error", "name": "ExitCode", "value": fmt.Sprint(r.exitCode),
+			"traceback": fmt.Sprintf("the cell ended with exit status %d", r.exitCode)})
 	}
 	emit(Event{"type": "number_of_executions", "execution_count": c.count})
 }
@@ -184,6 +194,8 @@ func (c *kctx) died(emit func(Event), why string) {
 type runResult struct {
 	died, killed bool
 	status       string
+	// exitCode is a shell cell's exit status.
+	exitCode int
 }
 
 // run forwards the cell's events and output until the driver says done
@@ -224,6 +236,7 @@ func (c *kctx) run(ctx context.Context, marker string, timeout time.Duration, em
 		}
 	}
 	done, seen, held := false, map[bool]bool{}, map[bool]string{}
+	exitCode := 0
 	ctxDone := ctx.Done()
 	for !(done && seen[false] && seen[true]) {
 		select {
@@ -238,6 +251,9 @@ func (c *kctx) run(ctx context.Context, marker string, timeout time.Duration, em
 			}
 			if ev["type"] == "done" {
 				done = true
+				if n, ok := ev["exit_code"].(float64); ok {
+					exitCode = int(n)
+				}
 				continue
 			}
 			if t, _ := ev["type"].(string); t == "stdout" || t == "stderr" {
@@ -290,7 +306,7 @@ func (c *kctx) run(ctx context.Context, marker string, timeout time.Duration, em
 	for _, note := range lim.notes() {
 		emit(Event{"type": "stderr", "text": note, "timestamp": time.Now().UnixMicro()})
 	}
-	return runResult{}
+	return runResult{exitCode: exitCode}
 }
 
 func exitStatus(ws syscall.WaitStatus) string {

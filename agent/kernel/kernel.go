@@ -35,7 +35,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -43,16 +45,51 @@ import (
 //go:embed drivers/python.py
 var pythonDriver string
 
-// driver is how to start a language's kernel.
+//go:embed drivers/shell.sh
+var shellDriver string
+
+// driver is how to start a language's kernel and frame a cell for it.
 type driver struct {
 	program string
 	args    []string
 	env     map[string]string
+	encode  func(request) ([]byte, error)
 }
 
 var drivers = map[string]driver{
 	"python": {program: "python3", args: []string{"-u", "-c", pythonDriver},
-		env: map[string]string{"MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1"}},
+		env: map[string]string{"MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1"}, encode: encodeJSON},
+	"shell": {program: "bash", args: []string{"--noprofile", "--norc", "-c", shellDriver}, encode: encodeShell},
+}
+
+// encodeJSON frames a cell as one JSON line (the Python and JavaScript
+// drivers).
+func encodeJSON(r request) ([]byte, error) {
+	b, err := json.Marshal(r)
+	return append(b, '\n'), err
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// encodeShell frames a cell as "marker NUL code NUL", with the request's
+// environment exported first.
+func encodeShell(r request) ([]byte, error) {
+	if r.Event != nil {
+		return nil, fmt.Errorf("handler mode needs python or javascript, not shell")
+	}
+	if strings.ContainsRune(r.Code, 0) {
+		return nil, fmt.Errorf("shell code cannot contain a NUL byte")
+	}
+	var b strings.Builder
+	b.WriteString(r.Marker + "\x00")
+	for k, v := range r.Env {
+		if !envName.MatchString(k) {
+			return nil, fmt.Errorf("invalid environment variable name %q", k)
+		}
+		b.WriteString("export " + k + "='" + strings.ReplaceAll(v, "'", `'\''`) + "'\n")
+	}
+	b.WriteString(r.Code + "\n\x00")
+	return []byte(b.String()), nil
 }
 
 // Options configure a Manager.
@@ -134,7 +171,7 @@ func (m *Manager) create(language, cwd string) (*kctx, error) {
 		language = "python"
 	}
 	if _, ok := drivers[language]; !ok {
-		return nil, fmt.Errorf("unsupported language %q: this agent runs python", language)
+		return nil, fmt.Errorf("unsupported language %q: use python, javascript or shell", language)
 	}
 	if cwd == "" {
 		cwd = m.opts.Home
