@@ -10,7 +10,9 @@
 //	POST   /contexts/{id}/restart
 //	DELETE /contexts/{id}
 //
-// A context is one kernel process with its own state and cwd; the first
+// Kernels: python (python3), javascript (node) and shell (bash); clients
+// may also say py, js, node, bash or sh. A context is one kernel process
+// with its own state and cwd; the first
 // execution in a language without a context_id uses (and creates) that
 // language's default context. The drivers are small programs embedded in
 // the binary and passed on the command line, so nothing is written inside
@@ -48,6 +50,9 @@ var pythonDriver string
 //go:embed drivers/shell.sh
 var shellDriver string
 
+//go:embed drivers/javascript.js
+var javascriptDriver string
+
 // driver is how to start a language's kernel and frame a cell for it.
 type driver struct {
 	program string
@@ -59,7 +64,8 @@ type driver struct {
 var drivers = map[string]driver{
 	"python": {program: "python3", args: []string{"-u", "-c", pythonDriver},
 		env: map[string]string{"MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1"}, encode: encodeJSON},
-	"shell": {program: "bash", args: []string{"--noprofile", "--norc", "-c", shellDriver}, encode: encodeShell},
+	"javascript": {program: "node", args: []string{"-e", javascriptDriver}, encode: encodeJSON},
+	"shell":      {program: "bash", args: []string{"--noprofile", "--norc", "-c", shellDriver}, encode: encodeShell},
 }
 
 // encodeJSON frames a cell as one JSON line (the Python and JavaScript
@@ -165,11 +171,22 @@ func (m *Manager) Close() {
 	}
 }
 
+// canonical maps the names clients use to a driver's name.
+func canonical(language string) string {
+	switch strings.ToLower(language) {
+	case "", "python", "python3", "py":
+		return "python"
+	case "javascript", "js", "node", "nodejs":
+		return "javascript"
+	case "shell", "bash", "sh":
+		return "shell"
+	}
+	return language
+}
+
 // create makes a context; its kernel starts on first use.
 func (m *Manager) create(language, cwd string) (*kctx, error) {
-	if language == "" {
-		language = "python"
-	}
+	language = canonical(language)
 	if _, ok := drivers[language]; !ok {
 		return nil, fmt.Errorf("unsupported language %q: use python, javascript or shell", language)
 	}
@@ -254,9 +271,7 @@ func (m *Manager) resolve(id, language string) (*kctx, error) {
 		}
 		return nil, fmt.Errorf("no context %q", id)
 	}
-	if language == "" {
-		language = "python"
-	}
+	language = canonical(language)
 	m.mu.Lock()
 	c := m.defaults[language]
 	m.mu.Unlock()
