@@ -290,3 +290,25 @@ func TestContexts(t *testing.T) {
 		t.Errorf("execute in a deleted context: %d, want 404", resp.StatusCode)
 	}
 }
+
+func TestPythonRichRepr(t *testing.T) {
+	url := serve(t, 0)
+	evs := run(t, url, `class Rich:
+    def _repr_html_(self): return "<b>hi</b>"
+    def _repr_markdown_(self): return "**hi**"
+    def _repr_json_(self): return {"k": [1, 2]}
+    def _repr_latex_(self): return "$x$"
+    def _repr_svg_(self): return "<svg/>"
+    def _repr_png_(self): return b"\x89PNG"
+Rich()`)
+	r := find(evs, "result")
+	if r == nil {
+		t.Fatalf("no result: %v", evs)
+	}
+	want := map[string]string{"html": "<b>hi</b>", "markdown": "**hi**", "latex": "$x$", "svg": "<svg/>", "png": "iVBORw==", "json": "map[k:[1 2]]"}
+	for field, v := range want {
+		if got := fmt.Sprint(r[field]); got != v {
+			t.Errorf("%s = %q, want %q", field, got, v)
+		}
+	}
+}
