@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -209,4 +210,21 @@ func connectMessage(err error) string {
 		return ce.Message()
 	}
 	return err.Error()
+}
+
+// WarmPython starts a sandbox's default Python context by running an empty
+// cell, so the first real execution finds a live kernel.
+func WarmPython(ctx context.Context, sb *mcpbox.Sandbox) error {
+	c := agentclient.New(sb.Endpoint)
+	defer c.Close()
+	var failed agentclient.Event
+	err := c.Execute(ctx, agentclient.ExecuteRequest{Code: "pass", Language: "python"}, func(ev agentclient.Event) {
+		if ev.Type() == "error" {
+			failed = ev
+		}
+	})
+	if err == nil && failed != nil {
+		err = fmt.Errorf("warm the python kernel: %v: %v", failed["name"], failed["value"])
+	}
+	return err
 }

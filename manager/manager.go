@@ -49,6 +49,9 @@ type Options struct {
 	Volumes []mcpbox.Volume
 	// Pools are the warm pools to keep filled.
 	Pools []PoolSpec
+	// WarmKernel readies a pool sandbox's default Python context; nil
+	// uses the agent (WarmPython). Tests with a fake runtime set a no-op.
+	WarmKernel func(context.Context, *mcpbox.Sandbox) error
 	// Now is the clock; default time.Now. Tests pass a fake.
 	Now func() time.Time
 	// Logger receives the manager's logs; nil discards them.
@@ -91,6 +94,9 @@ func New(ctx context.Context, opts *Options) (*Manager, error) {
 	setDefault(&o.MaxTTL, 24*time.Hour)
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.WarmKernel == nil {
+		o.WarmKernel = WarmPython
 	}
 	m := &Manager{opts: o, flavors: maps.Clone(mcpbox.Flavors), live: map[string]int{}, pending: map[string]int{}, pools: map[string]*pool{}, conns: map[string]*sessionConn{}, bg: map[string]*background{}, subs: map[chan mcpbox.Event]struct{}{}}
 	for _, v := range o.Volumes {

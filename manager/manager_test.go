@@ -30,6 +30,7 @@ func newManager(t *testing.T, opts manager.Options) (*manager.Manager, *testutil
 	rt := testutil.NewFakeRuntime()
 	clk := &clock{now: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
 	opts.Runtime, opts.Store, opts.Now = rt, memstore.New(), clk.Now
+	opts.WarmKernel = func(context.Context, *mcpbox.Sandbox) error { return nil } // no agent behind the fake
 	m, err := manager.New(context.Background(), &opts)
 	if err != nil {
 		t.Fatal(err)

@@ -59,6 +59,12 @@ func (m *Manager) refill(ctx context.Context, p *pool) {
 		}
 		for m.reservePool(p) {
 			sb, err := m.opts.Runtime.Create(ctx, mcpbox.SandboxSpec{ID: mcpbox.NewID(), Flavor: p.flavor, Volumes: m.opts.Volumes})
+			if err == nil && m.opts.WarmKernel != nil {
+				// A warm sandbox has its default Python context running.
+				if err = m.opts.WarmKernel(ctx, sb); err != nil {
+					m.opts.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
+				}
+			}
 			m.mu.Lock()
 			p.filling--
 			if err == nil {

@@ -1,0 +1,96 @@
+package manager_test
+
+import (
+	"context"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/mcpbox/mcpbox/agentclient"
+	"github.com/mcpbox/mcpbox/internal/testutil"
+	"github.com/mcpbox/mcpbox/manager"
+	"github.com/mcpbox/mcpbox/runtime/local"
+	"github.com/mcpbox/mcpbox/store/memstore"
+)
+
+// executePython runs 1+1 in the session's default Python context.
+func executePython(b *testing.B, m *manager.Manager, id string) {
+	s, err := m.Get(context.Background(), "bench", id)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := agentclient.New(s.Sandbox.Endpoint)
+	defer c.Close()
+	got := ""
+	if err := c.Execute(context.Background(), agentclient.ExecuteRequest{Code: "1+1", Language: "python"}, func(ev agentclient.Event) {
+		if ev.Type() == "result" {
+			got = ev.Text()
+		}
+	}); err != nil || got != "2" {
+		b.Fatal(got, err)
+	}
+}
+
+// BenchmarkSessionCreate measures a session from create until it has run
+// Python, from a warm pool and cold, beside plain `python3 -c pass`.
+func BenchmarkSessionCreate(b *testing.B) {
+	b.Run("baseline=python3-c-pass", func(b *testing.B) {
+		var t testutil.Timings
+		for b.Loop() {
+			t.Time(func() {
+				if err := exec.Command("/usr/bin/python3", "-c", "pass").Run(); err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+		t.Report(b)
+	})
+	for _, warm := range []bool{true, false} {
+		name := "cold-create-python-ready"
+		if warm {
+			name = "warm-pool-create-python-ready"
+		}
+		b.Run(name, func(b *testing.B) {
+			testutil.RequireRoot(b)
+			rt, err := local.New(&local.Options{Home: testutil.Home(b)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			opts := &manager.Options{Runtime: rt, Store: memstore.New(), MaxSessions: 64, MaxSessionsPerOwner: 64}
+			if warm {
+				opts.Pools = []manager.PoolSpec{{Flavor: "small", Size: 4}}
+			}
+			m, err := manager.New(ctx, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close(context.Background())
+			m.StartPools(ctx)
+			var t testutil.Timings
+			for b.Loop() {
+				if warm { // a pool refills between real-world requests, not in a tight loop
+					b.StopTimer()
+					for deadline := time.Now().Add(10 * time.Second); m.PoolStats()["/small"] < 4 && time.Now().Before(deadline); {
+						time.Sleep(time.Millisecond)
+					}
+					b.StartTimer()
+				}
+				var id string
+				t.Time(func() {
+					s, err := m.Create(ctx, "bench", manager.CreateRequest{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					id = s.ID
+					executePython(b, m, id)
+				})
+				b.StopTimer()
+				m.Stop(context.Background(), "bench", id)
+				b.StartTimer()
+			}
+			t.Report(b)
+		})
+	}
+}
