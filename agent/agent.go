@@ -47,6 +47,9 @@ type Options struct {
 	Root string
 	// MaxFileBytes caps one uploaded file; default 100 MiB.
 	MaxFileBytes int64
+	// MaxOutputBytes caps each output stream of one kernel execution;
+	// default 1 MiB.
+	MaxOutputBytes int64
 	// Logger receives the agent's logs; nil discards them.
 	Logger *slog.Logger
 	// Ready, if set, is called by Serve once the agent is built and about
@@ -89,7 +92,7 @@ func New(opts *Options) *Agent {
 		Logger:       o.Logger,
 	})
 	kernels := kernel.New(&kernel.Options{
-		UID: o.UID, GID: o.GID, Env: o.Env, Home: o.Home, Logger: o.Logger,
+		UID: o.UID, GID: o.GID, Env: o.Env, Home: o.Home, Logger: o.Logger, MaxOutputBytes: o.MaxOutputBytes,
 	})
 	mux := http.NewServeMux()
 	kh := kernels.Handler()

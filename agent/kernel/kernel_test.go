@@ -157,6 +157,12 @@ func TestPythonHandlerMode(t *testing.T) {
 	if rv == nil || fmt.Sprint(rv["value"]) != fmt.Sprint(want) {
 		t.Errorf("return_value %v, want %v (events %v)", rv, want, evs)
 	}
+	// In a stateful context the handler sees what earlier cells made.
+	run(t, url, "offset = 100")
+	evs = execute(t, url, map[string]any{"code": "def handler(event, context):\n    return event + offset", "event": 1})
+	if rv := find(evs, "return_value"); rv == nil || rv["value"] != float64(101) {
+		t.Errorf("stateful handler: %v", evs)
+	}
 	evs = execute(t, url, map[string]any{"code": "def handler(e, c):\n    return object()", "event": 1})
 	if e := find(evs, "error"); e == nil || !strings.Contains(e["value"].(string), "object") {
 		t.Errorf("non-JSON return: %v", evs)
