@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mcpbox/mcpbox/agent/process"
 	"github.com/mcpbox/mcpbox/agent/reaper"
 )
 
@@ -58,9 +59,9 @@ func (c *kctx) start() (*kernelProc, error) {
 	if !ok {
 		return nil, fmt.Errorf("no kernel for language %q", c.Language)
 	}
-	path, err := lookPath(drv.program, c.m.opts.Env["PATH"])
+	path, err := process.LookPath(drv.program, c.m.opts.Env["PATH"])
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s is not installed in this sandbox: %w", drv.program, err)
 	}
 	reqR, reqW, err := os.Pipe()
 	if err != nil {

@@ -36,7 +36,6 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -366,17 +365,6 @@ func (m *Manager) handleDelete(w http.ResponseWriter, r *http.Request) {
 	}
 	c.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// lookPath finds file in path (the kernels' PATH, not the agent's).
-func lookPath(file, path string) (string, error) {
-	for _, dir := range filepath.SplitList(path) {
-		p := filepath.Join(dir, file)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s is not installed in this sandbox (not found in PATH %s)", file, path)
 }
 
 func newID() string {

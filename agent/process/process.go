@@ -190,7 +190,7 @@ func (s *Service) start(req *processpb.StartRequest) (*proc, *subscriber, error)
 	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
 		return nil, nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("cwd %q is not a directory", cwd))
 	}
-	path, err := lookPath(cfg.GetCmd(), env["PATH"])
+	path, err := LookPath(cfg.GetCmd(), env["PATH"])
 	if err != nil {
 		return nil, nil, connect.NewError(connect.CodeNotFound, err)
 	}
@@ -422,8 +422,10 @@ func (s *Service) Update(context.Context, *connect.Request[processpb.UpdateReque
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("PTY is not supported yet"))
 }
 
-// lookPath finds file in path (the process's PATH, not the agent's).
-func lookPath(file, path string) (string, error) {
+// LookPath finds file in path — the PATH of the process to start, not the
+// agent's own, which exec.LookPath would use. A name with a slash is
+// returned as it is.
+func LookPath(file, path string) (string, error) {
 	if filepath.Base(file) != file {
 		return file, nil
 	}

@@ -2,10 +2,11 @@
 package testutil
 
 import (
-	"crypto/rand"
 	"os"
 	"sync"
 	"testing"
+
+	"github.com/mcpbox/mcpbox"
 )
 
 // RequireRoot skips t, saying why, unless the test runs as root. CI runs
@@ -22,15 +23,10 @@ var (
 	ids   []string
 )
 
-// ID returns a fresh random sandbox id, remembered for CheckLeaks.
+// ID returns a fresh random sandbox id, remembered for CheckLeaks. The
+// "t" marks it as a test's.
 func ID() string {
-	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, 16)
-	rand.Read(b)
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	id := "t" + string(b)
+	id := "t" + mcpbox.NewID()[:16]
 	idsMu.Lock()
 	ids = append(ids, id)
 	idsMu.Unlock()
