@@ -193,71 +193,15 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 	}()
 
 	sockPath := filepath.Join(dir, "agent.sock")
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sockPath, Net: "unix"})
+	h, err := openHandoff(dir, sockPath)
 	if err != nil {
-		return nil, fail("listen on agent socket", err)
+		return nil, fail("prepare", err)
 	}
-	ln.SetUnlinkOnClose(false)
-	lnFile, err := ln.File()
-	ln.Close()
-	if err != nil {
-		return nil, fail("agent socket fd", err)
-	}
-	defer lnFile.Close()
-	if err := os.Chmod(sockPath, 0o600); err != nil {
-		return nil, fail("chmod agent socket", err)
-	}
-
-	cfgR, cfgW, err := os.Pipe()
-	if err != nil {
-		return nil, fail("pipe", err)
-	}
-	defer cfgW.Close()
-	readyR, readyW, err := os.Pipe()
-	if err != nil {
-		cfgR.Close()
-		return nil, fail("pipe", err)
-	}
-	defer readyR.Close()
-	logFile, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		cfgR.Close()
-		readyW.Close()
-		return nil, fail("open agent log", err)
-	}
-	defer logFile.Close()
-
-	cmd := &exec.Cmd{
-		Path:       r.exe,
-		Args:       []string{"mcpbox", InitArg},
-		Env:        []string{"PATH=" + DefaultPath},
-		Dir:        "/",
-		Stdout:     logFile,
-		Stderr:     logFile,
-		ExtraFiles: []*os.File{lnFile, cfgR, readyW},
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
-				syscall.CLONE_NEWNET | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWCGROUP,
-			Setsid: true,
-		},
-	}
-	// A new user namespace does not change the process's own uid: it must
-	// become root of the namespace (setuid(0) after the maps are written)
-	// or exec would drop every capability it has there.
-	cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: r.rootless}
-	uid := SandboxUID
-	if r.rootless {
-		uid = 0
-		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
-		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
-	} else {
-		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: r.uidBase, Size: 65536}}
-		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: r.uidBase, Size: 65536}}
-		cmd.SysProcAttr.GidMappingsEnableSetgroups = true
-	}
+	defer h.close()
+	cmd, uid := r.command(h.log, h.ln, h.cfgR, h.readyW)
 	err = cmd.Start()
-	cfgR.Close()
-	readyW.Close()
+	h.cfgR.Close()
+	h.readyW.Close()
 	if err != nil {
 		return nil, fail("start agent (clone with new namespaces)", err)
 	}
@@ -288,10 +232,10 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 
 	cfg := initConfig{ID: spec.ID, Scratch: dir, DiskBytes: spec.Flavor.DiskBytes,
 		Pids: spec.Flavor.Pids, UID: uid, Env: spec.Env, Volumes: spec.Volumes}
-	if err := json.NewEncoder(cfgW).Encode(cfg); err != nil {
+	if err := json.NewEncoder(h.cfgW).Encode(cfg); err != nil {
 		return nil, fail("send config", err)
 	}
-	cfgW.Close()
+	h.cfgW.Close()
 
 	sb := &mcpbox.Sandbox{
 		ID:       spec.ID,
@@ -308,7 +252,7 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 		st.StartTime, _ = procStartTime(started.pid)
 		stErr <- writeJSON(filepath.Join(dir, "sandbox.json"), st)
 	}()
-	err = waitReady(ctx, readyR, started.done)
+	err = waitReady(ctx, h.readyR, started.done)
 	if serr := <-stErr; err == nil && serr != nil {
 		return nil, fail("write sandbox.json", serr)
 	}
@@ -323,6 +267,86 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 	}
 	r.log.Debug("sandbox created", "session", spec.ID, "pid", started.pid)
 	return sb, nil
+}
+
+// handoff is what the host gives a new sandbox's PID 1: its listening
+// socket, the config pipe, the readiness pipe, and a log for its stderr.
+type handoff struct {
+	ln, cfgR, cfgW, readyR, readyW, log *os.File
+}
+
+// openHandoff creates the socket at sockPath and the pipes and log in dir.
+func openHandoff(dir, sockPath string) (*handoff, error) {
+	h := &handoff{}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sockPath, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("listen on agent socket: %w", err)
+	}
+	ln.SetUnlinkOnClose(false)
+	h.ln, err = ln.File()
+	ln.Close()
+	if err != nil {
+		return nil, fmt.Errorf("agent socket fd: %w", err)
+	}
+	if err := os.Chmod(sockPath, 0o600); err != nil {
+		h.close()
+		return nil, fmt.Errorf("chmod agent socket: %w", err)
+	}
+	if h.cfgR, h.cfgW, err = os.Pipe(); err == nil {
+		h.readyR, h.readyW, err = os.Pipe()
+	}
+	if err == nil {
+		h.log, err = os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	}
+	if err != nil {
+		h.close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// close releases the host's copies; closing one twice is harmless.
+func (h *handoff) close() {
+	for _, f := range []*os.File{h.ln, h.cfgR, h.cfgW, h.readyR, h.readyW, h.log} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// command is the clone of the sandbox's PID 1: the mcpbox binary again, in
+// new namespaces, with its uid and gid maps, and the uid user code will run
+// as inside.
+func (r *Runtime) command(log *os.File, extra ...*os.File) (*exec.Cmd, int) {
+	cmd := &exec.Cmd{
+		Path:       r.exe,
+		Args:       []string{"mcpbox", InitArg},
+		Env:        []string{"PATH=" + DefaultPath},
+		Dir:        "/",
+		Stdout:     log,
+		Stderr:     log,
+		ExtraFiles: extra, // fds 3, 4, 5: see the package doc
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
+				syscall.CLONE_NEWNET | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWCGROUP,
+			Setsid: true,
+		},
+	}
+	// A new user namespace does not change the process's own uid: it must
+	// become root of the namespace (setuid(0) after the maps are written)
+	// or exec would drop every capability it has there.
+	cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: r.rootless}
+	uid := SandboxUID
+	if r.rootless {
+		uid = 0
+		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
+		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
+	} else {
+		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: r.uidBase, Size: 65536}}
+		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: r.uidBase, Size: 65536}}
+		cmd.SysProcAttr.GidMappingsEnableSetgroups = true
+	}
+	return cmd, uid
 }
 
 // waitReady reads the child's readiness report, or notices that it died.
