@@ -228,3 +228,54 @@ func WarmPython(ctx context.Context, sb *mcpbox.Sandbox) error {
 	}
 	return err
 }
+
+// CodeRequest is code for one of a session's kernels.
+type CodeRequest struct {
+	Code string
+	// Language picks the language's default context; ContextID a given
+	// one. Not both.
+	Language  string
+	ContextID string
+	Env       map[string]string
+	// Event switches on handler mode (any JSON).
+	Event   []byte
+	Timeout time.Duration // 0 means 30s
+}
+
+// ExecuteCode runs code in a kernel of owner's session, calling onEvent
+// for every event as it comes (stdout, stderr, result, error,
+// return_value, number_of_executions, end_of_execution). The session's env
+// and req.Env reach the code.
+func (m *Manager) ExecuteCode(ctx context.Context, owner, id string, req CodeRequest, onEvent func(agentclient.Event)) error {
+	if req.Language != "" && req.ContextID != "" {
+		return mcpbox.Errorf(mcpbox.EINVALID, "give a language or a context_id, not both")
+	}
+	if req.Timeout == 0 {
+		req.Timeout = 30 * time.Second
+	}
+	if err := mcpbox.ValidateTimeout(req.Timeout); err != nil {
+		return err
+	}
+	if req.ContextID == "" {
+		lang, err := mcpbox.ParseLanguage(req.Language)
+		if err != nil {
+			return err
+		}
+		req.Language = string(lang)
+	}
+	s, c, err := m.conn(ctx, owner, id)
+	if err != nil {
+		return err
+	}
+	release, err := m.acquire(id, c)
+	if err != nil {
+		return err
+	}
+	defer release()
+	areq := agentclient.ExecuteRequest{Code: req.Code, Language: req.Language, ContextID: req.ContextID,
+		EnvVars: mergeEnv(s.Env, req.Env), Timeout: req.Timeout.Seconds()}
+	if req.Event != nil {
+		areq.Event = req.Event
+	}
+	return agentError(c.client.Execute(ctx, areq, onEvent))
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mcpbox/mcpbox"
+	"github.com/mcpbox/mcpbox/agentclient"
 	"github.com/mcpbox/mcpbox/internal/testutil"
 	"github.com/mcpbox/mcpbox/manager"
 	"github.com/mcpbox/mcpbox/runtime/local"
@@ -100,6 +101,42 @@ func TestExecution(t *testing.T) {
 		}
 		if !out.Done || strings.Contains(string(out.Stdout), "never") {
 			t.Errorf("after stop: %+v", out)
+		}
+	})
+	t.Run("code", func(t *testing.T) {
+		collect := func(req manager.CodeRequest) (out, result, errName string) {
+			err := m.ExecuteCode(ctx, "alice", s.ID, req, func(ev agentclient.Event) {
+				switch ev.Type() {
+				case "stdout":
+					out += ev.Text()
+				case "result":
+					result = ev.Text()
+				case "error":
+					errName, _ = ev["name"].(string)
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		collect(manager.CodeRequest{Code: "import os\nx = 41"})
+		if out, result, _ := collect(manager.CodeRequest{Code: "print(os.environ['GREETING'])\nx + 1"}); out != "hi\n" || result != "42" {
+			t.Errorf("python state and session env: %q %q", out, result)
+		}
+		if _, _, errName := collect(manager.CodeRequest{Code: "while True: pass", Timeout: 500 * time.Millisecond}); errName != "KeyboardInterrupt" {
+			t.Errorf("timeout: %q", errName)
+		}
+		if out, _, _ := collect(manager.CodeRequest{Code: "echo $GREETING", Language: "shell"}); out != "hi\n" {
+			t.Errorf("shell: %q", out)
+		}
+		err := m.ExecuteCode(ctx, "alice", s.ID, manager.CodeRequest{Code: "1", Language: "cobol"}, nil)
+		if mcpbox.ErrorCode(err) != mcpbox.EINVALID {
+			t.Errorf("unknown language: %v", err)
+		}
+		err = m.ExecuteCode(ctx, "bob", s.ID, manager.CodeRequest{Code: "1"}, nil)
+		if mcpbox.ErrorCode(err) != mcpbox.ESESSION {
+			t.Errorf("bob executing in alice's session: %v", err)
 		}
 	})
 	t.Run("files", func(t *testing.T) {
