@@ -5,6 +5,7 @@ package agentclient
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -110,7 +111,13 @@ func (c *Client) do(ctx context.Context, method, path string, body io.Reader, ct
 	if resp.StatusCode/100 != 2 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		resp.Body.Close()
-		return nil, &HTTPError{Status: resp.StatusCode, Message: strings.TrimSpace(string(b))}
+		msg := strings.TrimSpace(string(b))
+		// The agent's JSON errors carry the message in a field.
+		var body struct{ Message string }
+		if json.Unmarshal(b, &body) == nil && body.Message != "" {
+			msg = body.Message
+		}
+		return nil, &HTTPError{Status: resp.StatusCode, Message: msg}
 	}
 	return resp, nil
 }

@@ -61,3 +61,24 @@ func (c *Client) Execute(ctx context.Context, req ExecuteRequest, onEvent func(E
 	}
 	return errors.New("the /execute reply ended without end_of_execution")
 }
+
+// KernelContext is one kernel context of a sandbox.
+type KernelContext struct {
+	ID       string `json:"id"`
+	Language string `json:"language"`
+	Cwd      string `json:"cwd"`
+}
+
+// Contexts lists the sandbox's kernel contexts.
+func (c *Client) Contexts(ctx context.Context) ([]KernelContext, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/contexts", nil, "")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out []KernelContext
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("agent sent a bad /contexts reply: %w", err)
+	}
+	return out, nil
+}

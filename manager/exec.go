@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -278,4 +279,38 @@ func (m *Manager) ExecuteCode(ctx context.Context, owner, id string, req CodeReq
 		areq.Event = req.Event
 	}
 	return agentError(c.client.Execute(ctx, areq, onEvent))
+}
+
+// Languages returns the languages of the kernels owner's session has
+// started: those whose state a next call finds. It does not count as a
+// use of the session.
+func (m *Manager) Languages(ctx context.Context, owner, id string) ([]string, error) {
+	s, err := m.Get(ctx, owner, id)
+	if err != nil {
+		return nil, err
+	}
+	if s.State != mcpbox.SessionRunning {
+		return nil, nil
+	}
+	m.connMu.Lock()
+	c := m.conns[id]
+	m.connMu.Unlock()
+	client := agentclient.New(s.Sandbox.Endpoint)
+	if c != nil {
+		client = c.client
+	} else {
+		defer client.Close()
+	}
+	list, err := client.Contexts(ctx)
+	if err != nil {
+		return nil, agentError(err)
+	}
+	var langs []string
+	for _, k := range list {
+		if !slices.Contains(langs, k.Language) {
+			langs = append(langs, k.Language)
+		}
+	}
+	slices.Sort(langs)
+	return langs, nil
 }

@@ -180,6 +180,14 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 	if err != nil {
 		return nil, err
 	}
+	// Only the host template exists so far; naming it is allowed.
+	if req.Template == "default" {
+		req.Template = ""
+	}
+	if req.Template != "" {
+		return nil, mcpbox.Errorf(mcpbox.EINVALID, "unknown template %q", req.Template).
+			WithSuggestion("leave template out, or use \"default\"")
+	}
 	ttl := req.TTL
 	if ttl == 0 {
 		ttl = m.opts.DefaultTTL

@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/mcpbox/mcpbox"
@@ -59,3 +60,6 @@ func (m *Manager) Volumes(ctx context.Context, owner, id string) ([]mcpbox.Volum
 	}
 	return s.Volumes, nil
 }
+
+// DefaultVolumes returns the volumes every new session gets (the config's).
+func (m *Manager) DefaultVolumes() []mcpbox.Volume { return slices.Clone(m.opts.Volumes) }

@@ -34,11 +34,12 @@ func mount(source, target, fstype string, flags uintptr, data string) error {
 }
 
 // Host paths bound read-only into every sandbox. /usr is the system; the
-// /etc entries are what the dynamic loader, TLS and Python need.
+// /etc entries are what the dynamic loader, TLS, Python and
+// Debian's matplotlib (its matplotlibrc lives in /etc) need.
 var (
 	usrDirs  = []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"}
 	etcBinds = []string{"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "ssl",
-		"ca-certificates", "python3", "python3.11", "mime.types", "os-release", "localtime"}
+		"ca-certificates", "python3", "python3.11", "mime.types", "os-release", "localtime", "matplotlibrc"}
 	// Masked like runc does: kernel memory, keys and timers reveal the host.
 	procMasked   = []string{"kcore", "keys", "key-users", "timer_list", "sched_debug", "latency_stats", "kallsyms", "kpagecount", "kpageflags", "kpagecgroup", "config.gz"}
 	procMaskDirs = []string{"acpi", "scsi", "asound", "driver"}

@@ -85,21 +85,37 @@ def _figures():
 def _error(exc):
     import traceback
     tb = exc.__traceback__
-    # Drop the driver's own frames: the user's code starts at <cell>.
-    while tb is not None and tb.tb_frame.f_code.co_filename != "<cell>":
+    # Drop the driver's own frames: the user's code starts at a cell.
+    while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<cell"):
         tb = tb.tb_next
+    # Let the traceback quote the cells' source lines.
+    import linecache
+    for name, src in _sources.items():
+        linecache.cache[name] = (len(src), None, src.splitlines(True), name)
     lines = traceback.format_exception(type(exc), exc, tb)
     _send(type="error", name=type(exc).__name__, value=str(exc), traceback="".join(lines))
 
 
+# Cell sources by file name, so tracebacks through code defined in an
+# earlier cell still show its lines. Only the newest are kept.
+_sources = {}
+_cells = 0
+
+
 def _run(code):
-    tree = compile(code, "<cell>", "exec", _ast.PyCF_ONLY_AST)
+    global _cells
+    _cells += 1
+    name = "<cell-%d>" % _cells
+    _sources[name] = code
+    if len(_sources) > 1000:
+        del _sources[next(iter(_sources))]
+    tree = compile(code, name, "exec", _ast.PyCF_ONLY_AST)
     last = None
     if tree.body and isinstance(tree.body[-1], _ast.Expr):
         last = _ast.Expression(tree.body.pop().value)
-    exec(compile(tree, "<cell>", "exec"), _globals)
+    exec(compile(tree, name, "exec"), _globals)
     if last is not None:
-        value = eval(compile(last, "<cell>", "eval"), _globals)
+        value = eval(compile(last, name, "eval"), _globals)
         if value is not None:
             _result(value, True)
 

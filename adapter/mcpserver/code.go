@@ -1,0 +1,277 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpbox/mcpbox"
+	"github.com/mcpbox/mcpbox/agentclient"
+	"github.com/mcpbox/mcpbox/manager"
+)
+
+// maxReply caps stdout and stderr each in a tool result. The kernel caps
+// a cell's output at 1 MiB; a model's context is smaller still.
+const maxReply = 100 << 10
+
+type executeCodeIn struct {
+	Code      string            `json:"code" jsonschema:"The code to run. State (variables, imports, functions) persists between calls in the same session. In Python the value of the last expression is returned as a result, as in a notebook."`
+	Language  string            `json:"language,omitempty" jsonschema:"python (default), javascript (Node.js, top-level await works) or shell (bash)."`
+	SessionID string            `json:"session_id,omitempty" jsonschema:"The session to run in, from an earlier call. Leave it out to start a new session; its id comes back as session_id."`
+	Template  string            `json:"template,omitempty" jsonschema:"Sandbox template for a new session; only default exists."`
+	Flavor    string            `json:"flavor,omitempty" jsonschema:"Size of a new session: small (1 CPU, 1 GiB), medium (2 CPU, 2 GiB), large (4 CPU, 4 GiB) or a flavor the server defines."`
+	Timeout   float64           `json:"timeout,omitempty" jsonschema:"Seconds before the code is interrupted (1 to 3600). The session and its state survive a timeout."`
+	Event     json.RawMessage   `json:"event,omitempty" jsonschema:"Handler mode: when given, the code must define handler(event, context) (Python) or export handler (JavaScript); it is called with this JSON value and its return value comes back as return_value."`
+	Env       map[string]string `json:"env,omitempty" jsonschema:"Environment variables for this execution (and for a new session)."`
+}
+
+// codeError is an exception raised by the code.
+type codeError struct {
+	Name      string `json:"name"`
+	Value     string `json:"value"`
+	Traceback string `json:"traceback"`
+}
+
+// richResult is one displayed value: the last expression, a figure, a
+// display() call. Images travel as MCP image content; images lists their
+// MIME types so a client without image support still learns of them.
+type richResult struct {
+	Text         string   `json:"text,omitempty"`
+	HTML         string   `json:"html,omitempty"`
+	Markdown     string   `json:"markdown,omitempty"`
+	LaTeX        string   `json:"latex,omitempty"`
+	JSON         any      `json:"json,omitempty"`
+	Images       []string `json:"images,omitempty"`
+	IsMainResult bool     `json:"is_main_result,omitempty"`
+}
+
+type executeCodeOut struct {
+	SessionID      string       `json:"session_id"`
+	SessionCreated bool         `json:"session_created"`
+	Language       string       `json:"language"`
+	Stdout         string       `json:"stdout"`
+	Stderr         string       `json:"stderr"`
+	Results        []richResult `json:"results,omitempty"`
+	Error          *codeError   `json:"error,omitempty"`
+	ReturnValue    any          `json:"return_value,omitempty"`
+	ExecutionCount int          `json:"execution_count,omitempty"`
+	DurationMS     float64      `json:"duration_ms"`
+	Truncated      bool         `json:"truncated"`
+}
+
+var imageTypes = map[string]string{"png": "image/png", "jpeg": "image/jpeg", "svg": "image/svg+xml"}
+
+func executeCode() registrar {
+	return &toolDef[executeCodeIn, executeCodeOut]{
+		name:  "execute_code",
+		title: "Run code",
+		description: `Run Python, JavaScript or shell code in an isolated sandbox and get back stdout, stderr, the value of the last expression, rich results (plots come back as images) and any error with its traceback.
+Use it for calculations, data analysis, plotting, trying out code, or anything that needs a real interpreter. Sessions are stateful: pass the session_id from an earlier result to keep variables, imports and files; leave it out to start a fresh session (its id is returned).
+The sandbox has no network unless the server allows it. Files live under /workspace. If the code raises, the result is an error whose traceback says what went wrong; fix the code and call again in the same session.`,
+		destructive: false,
+		schema: func(s *jsonschema.Schema) {
+			lang := s.Properties["language"]
+			lang.Enum = []any{"python", "javascript", "shell"}
+			lang.Default = json.RawMessage(`"python"`)
+			timeoutSchema(s)
+			s.Properties["event"] = &jsonschema.Schema{Description: s.Properties["event"].Description}
+		},
+		required: []string{"session_id", "stdout", "stderr"},
+		run:      runCode,
+		text:     codeText,
+	}
+}
+
+func runCode(ctx context.Context, c *call, in *executeCodeIn) (*executeCodeOut, error) {
+	lang, err := mcpbox.ParseLanguage(in.Language)
+	if err != nil {
+		return nil, err
+	}
+	timeout := seconds(in.Timeout, 30)
+	out := &executeCodeOut{Language: string(lang)}
+	id, created, err := c.session(ctx, in.SessionID, manager.CreateRequest{Template: in.Template, Flavor: in.Flavor, Env: in.Env})
+	if err != nil {
+		return nil, err
+	}
+	out.SessionID, out.SessionCreated = id, created
+	var stdout, stderr strings.Builder
+	start := time.Now()
+	err = c.s.opts.Manager.ExecuteCode(ctx, c.owner, id, manager.CodeRequest{
+		Code: in.Code, Language: string(lang), Env: in.Env, Event: in.Event, Timeout: timeout,
+	}, func(ev agentclient.Event) {
+		switch ev.Type() {
+		case "stdout", "stderr":
+			b := &stdout
+			if ev.Type() == "stderr" {
+				b = &stderr
+			}
+			if b.Len() < maxReply {
+				b.WriteString(ev.Text())
+			} else {
+				out.Truncated = true
+			}
+			c.output(ctx, ev.Type(), ev.Text())
+		case "result":
+			out.Results = append(out.Results, c.richResult(ev))
+		case "error":
+			out.Error = &codeError{Name: str(ev["name"]), Value: str(ev["value"]), Traceback: str(ev["traceback"])}
+		case "return_value":
+			out.ReturnValue = ev["value"]
+		case "number_of_executions":
+			if n, ok := ev["execution_count"].(float64); ok {
+				out.ExecutionCount = int(n)
+			}
+		}
+	})
+	c.flushOutput(ctx)
+	elapsed := time.Since(start)
+	out.DurationMS = float64(elapsed.Microseconds()) / 1000
+	out.Stdout, out.Stderr = clip(stdout.String(), &out.Truncated), clip(stderr.String(), &out.Truncated)
+	if err != nil {
+		return out, err
+	}
+	if out.Error == nil {
+		return out, nil
+	}
+	if ctx.Err() != nil {
+		return out, mcpbox.Errorf(mcpbox.ETIMEOUT, "the execution was cancelled; the session and its state are kept").
+			With("session_id", id)
+	}
+	// The kernel interrupts a cell at its timeout; what the code then
+	// reports (KeyboardInterrupt, exit 130) is the timeout's doing.
+	if elapsed >= timeout {
+		return out, mcpbox.Errorf(mcpbox.ETIMEOUT, "the code ran past its timeout of %gs and was interrupted; the session and its state are kept", timeout.Seconds()).
+			With("timeout_seconds", timeout.Seconds()).With("session_id", id).
+			WithSuggestion("raise timeout (up to 3600), or split the work into smaller calls")
+	}
+	e := mcpbox.Errorf(mcpbox.ECODE, "the code raised %s: %s", out.Error.Name, out.Error.Value).
+		With("session_id", id).With("error_name", out.Error.Name)
+	switch out.Error.Name {
+	case "KernelRestarted", "KernelDied":
+		e.WithSuggestion("the kernel's state was lost: re-run the setup code (imports, variables) before continuing")
+	case "ExitCode":
+		e.Message = "the shell code ended with exit status " + out.Error.Value
+		e.WithSuggestion("read stderr, fix the failing command and run it again")
+	}
+	return out, e
+}
+
+// richResult converts a kernel result event, moving images into content.
+func (c *call) richResult(ev agentclient.Event) richResult {
+	r := richResult{Text: str(ev["text"]), HTML: str(ev["html"]), Markdown: str(ev["markdown"]), LaTeX: str(ev["latex"]), JSON: ev["json"]}
+	r.IsMainResult, _ = ev["is_main_result"].(bool)
+	for key, mime := range imageTypes {
+		data := str(ev[key])
+		if data == "" {
+			continue
+		}
+		var raw []byte
+		if key == "svg" {
+			raw = []byte(data)
+		} else {
+			var err error
+			if raw, err = base64.StdEncoding.DecodeString(data); err != nil {
+				continue
+			}
+		}
+		c.content = append(c.content, &mcp.ImageContent{Data: raw, MIMEType: mime})
+		r.Images = append(r.Images, mime)
+	}
+	return r
+}
+
+func codeText(o *executeCodeOut) string {
+	var b strings.Builder
+	if o.Stdout != "" {
+		b.WriteString(o.Stdout)
+		if !strings.HasSuffix(o.Stdout, "\n") {
+			b.WriteString("\n")
+		}
+	}
+	if o.Stderr != "" {
+		fmt.Fprintf(&b, "[stderr]\n%s", o.Stderr)
+		if !strings.HasSuffix(o.Stderr, "\n") {
+			b.WriteString("\n")
+		}
+	}
+	for _, r := range o.Results {
+		switch {
+		case len(r.Images) > 0:
+			fmt.Fprintf(&b, "[%s attached]\n", strings.Join(r.Images, ", "))
+		case r.Text != "":
+			fmt.Fprintf(&b, "%s\n", r.Text)
+		}
+	}
+	if o.ReturnValue != nil {
+		rv, _ := json.Marshal(o.ReturnValue)
+		fmt.Fprintf(&b, "return value: %s\n", rv)
+	}
+	if o.Error != nil {
+		if o.Error.Traceback != "" {
+			fmt.Fprintf(&b, "%s\n", strings.TrimRight(o.Error.Traceback, "\n"))
+		} else {
+			fmt.Fprintf(&b, "%s: %s\n", o.Error.Name, o.Error.Value)
+		}
+	}
+	if o.Truncated {
+		b.WriteString("[output truncated]\n")
+	}
+	created := ""
+	if o.SessionCreated {
+		created = ", new session"
+	}
+	fmt.Fprintf(&b, "[session_id %s%s, %.0f ms]", o.SessionID, created, o.DurationMS)
+	return b.String()
+}
+
+// session returns the session to run in: the named one, or a new one.
+func (c *call) session(ctx context.Context, id string, req manager.CreateRequest) (string, bool, error) {
+	if id != "" {
+		return id, false, nil
+	}
+	if c.s.opts.RequireSessionID {
+		return "", false, mcpbox.Errorf(mcpbox.EINVALID, "session_id is required on this server").
+			WithSuggestion("create a session with create_session and pass its session_id")
+	}
+	s, err := c.s.opts.Manager.Create(ctx, c.owner, req)
+	if err != nil {
+		return "", false, err
+	}
+	return s.ID, true, nil
+}
+
+// clip keeps the first maxReply bytes of s, without splitting a rune.
+func clip(s string, truncated *bool) string {
+	if len(s) <= maxReply {
+		return s
+	}
+	*truncated = true
+	s = s[:maxReply]
+	for i := len(s) - 1; i >= 0 && i >= len(s)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(s[i]) {
+			if !utf8.FullRuneInString(s[i:]) {
+				s = s[:i]
+			}
+			break
+		}
+	}
+	return s
+}
+
+func seconds(v, def float64) time.Duration {
+	if v == 0 {
+		v = def
+	}
+	return time.Duration(v * float64(time.Second))
+}
+
+func str(v any) string { s, _ := v.(string); return s }
+
+func ptr[T any](v T) *T { return &v }
