@@ -178,3 +178,21 @@ func (m *Manager) StopAll(ctx context.Context) (int, error) {
 	}
 	return len(live), errors.Join(errs...)
 }
+
+// LiveSessions counts the sessions that hold a sandbox, warm pools aside.
+func (m *Manager) LiveSessions() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, c := range m.live {
+		n += c
+	}
+	return n
+}
+
+// Ready reports whether the manager can serve: its store answers.
+func (m *Manager) Ready(ctx context.Context) error {
+	// An owner no one can have: the query runs, and matches nothing.
+	_, err := m.opts.Store.ListSessions(ctx, mcpbox.SessionFilter{Owner: "\x00ready"})
+	return err
+}

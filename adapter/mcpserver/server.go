@@ -78,7 +78,9 @@ func (s *Server) For(owner string) *mcp.Server {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "mcpbox", Title: "mcpbox code sandboxes", Version: s.opts.Version},
 		&mcp.ServerOptions{
 			Instructions: instructions,
-			Logger:       s.log,
+			// go-sdk logs every connection at info; mcpbox's own log says
+			// what matters, so only its warnings pass.
+			Logger: slog.New(minLevel{s.log.Handler(), slog.LevelWarn}),
 			// No logging capability: mcpbox logs on the server side.
 			Capabilities: &mcp.ServerCapabilities{},
 		})
@@ -358,4 +360,22 @@ func cleanSchemaError(err error) string {
 		msg = msg[i+2:]
 	}
 	return msg
+}
+
+// minLevel drops records below a level.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(as), h.min}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{h.Handler.WithGroup(name), h.min}
 }

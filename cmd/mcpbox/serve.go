@@ -2,19 +2,22 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/mcpbox/mcpbox"
+	"github.com/mcpbox/mcpbox/adapter/httpserver"
+	"github.com/mcpbox/mcpbox/adapter/mcpserver"
 	"github.com/mcpbox/mcpbox/internal/config"
 	"github.com/mcpbox/mcpbox/manager"
 	"github.com/mcpbox/mcpbox/runtime/local"
@@ -23,10 +26,11 @@ import (
 
 func (m *Main) serveCommand() *cobra.Command {
 	var f configFlags
-	var stopOnExit bool
+	var stopOnExit, insecure bool
+	var origins []string
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Serve mcpbox over HTTP (health and a debug view of live sandboxes)",
+		Short: "Serve MCP over Streamable HTTP (/mcp) and SSE (/sse), with /healthz, /readyz and /metrics",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := m.loadConfig(cmd, &f)
@@ -36,32 +40,58 @@ func (m *Main) serveCommand() *cobra.Command {
 			if cmd.Flags().Changed("stop-sessions-on-exit") {
 				c.StopSessionsOnExit = stopOnExit
 			}
+			if cmd.Flags().Changed("insecure") {
+				c.Insecure = insecure
+			}
+			c.CORSOrigins = append(c.CORSOrigins, origins...)
+			if err := c.Validate(); err != nil {
+				return &usageError{err}
+			}
 			return m.serve(cmd.Context(), c)
 		},
 	}
 	f.register(cmd.Flags())
 	cmd.Flags().BoolVar(&stopOnExit, "stop-sessions-on-exit", false,
 		"stop every session when mcpbox exits (default: sessions outlive the server and are re-adopted at its next start)")
+	cmd.Flags().BoolVar(&insecure, "insecure", false, "listen on a non-loopback address even though no API key exists")
+	cmd.Flags().StringArrayVar(&origins, "cors-origin", nil, "a browser origin allowed to call the server, such as https://app.example.com (repeatable)")
 	return cmd
 }
 
-// server is what serve wires together.
-type server struct {
+// stack is what serve and mcp run on: runtime, store, manager and the MCP
+// tools over them.
+type stack struct {
 	rt  *local.Runtime
+	st  *sqlite.Store
 	mgr *manager.Manager
+	mcp *mcpserver.Server
+	// primary is true for the one mcpbox process that owns the home:
+	// it recovers sessions and keeps the pools.
+	primary bool
+	report  *manager.RecoverReport
+	close   func()
 }
 
-func (m *Main) serve(ctx context.Context, c config.Config) error {
-	log := slog.New(slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: logLevel(c.LogLevel)}))
+// open builds the stack on c's home. The first mcpbox process on a home
+// takes its lock and recovers and fills pools; others (an `mcpbox mcp`
+// beside a running `serve`) share the store but leave the sandboxes they
+// do not know alone.
+func (m *Main) open(ctx context.Context, c config.Config, log *slog.Logger, onCall func(string, string, time.Duration)) (*stack, error) {
 	rt, err := local.New(&local.Options{Home: c.Home, Logger: log})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	st, err := sqlite.Open(filepath.Join(rt.Home(), "mcpbox.db"))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer st.Close()
+	s := &stack{rt: rt, st: st}
+	closers := []func(){func() { st.Close() }}
+	s.close = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
 	flavors := map[string]mcpbox.Flavor{}
 	for name, fl := range c.Flavors {
 		flavors[name] = fl.Flavor(name)
@@ -70,33 +100,117 @@ func (m *Main) serve(ctx context.Context, c config.Config) error {
 	for _, p := range c.Pools {
 		pools = append(pools, manager.PoolSpec{Template: p.Template, Flavor: p.Flavor, Size: p.Size})
 	}
-	mgr, err := manager.New(ctx, &manager.Options{
+	var vols []mcpbox.Volume
+	for _, v := range c.Volumes {
+		pv, err := mcpbox.ParseVolume(v)
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		vols = append(vols, pv)
+	}
+	lock, err := lockHome(rt.Home())
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	s.primary = lock != nil
+	if lock != nil {
+		closers = append(closers, func() { lock.Close() })
+	} else {
+		pools = nil
+	}
+	s.mgr, err = manager.New(ctx, &manager.Options{
 		Pools:   pools,
 		Runtime: rt, Store: st, Logger: log, Flavors: flavors,
 		MaxSessions: c.MaxSessions, MaxSessionsPerOwner: c.MaxSessionsPerOwner, MaxConcurrentExecutions: c.MaxConcurrentExecutions,
 		DefaultIdleTimeout: c.IdleTimeout, DefaultTTL: c.DefaultTTL, MaxTTL: c.MaxTTL,
+		VolumeRoots: c.VolumeRoots, Volumes: vols,
 	})
 	if err != nil {
-		return err
+		s.close()
+		return nil, err
 	}
-	defer mgr.Close(context.WithoutCancel(ctx))
-	rep, err := mgr.Recover(ctx)
+	closers = append(closers, func() { s.mgr.Close(context.WithoutCancel(ctx)) })
+	if s.primary {
+		if s.report, err = s.mgr.Recover(ctx); err != nil {
+			s.close()
+			return nil, fmt.Errorf("recover sessions: %w", err)
+		}
+		if err := s.mgr.StartPools(ctx); err != nil {
+			s.close()
+			return nil, err
+		}
+	}
+	go s.mgr.RunReaper(ctx, 10*time.Second)
+	s.mcp, err = mcpserver.New(mcpserver.Options{Manager: s.mgr, Version: mcpbox.Version, RequireSessionID: c.RequireSessionID, OnCall: onCall, Logger: log})
 	if err != nil {
-		return fmt.Errorf("recover sessions: %w", err)
+		s.close()
+		return nil, err
 	}
-	if err := mgr.StartPools(ctx); err != nil {
+	return s, nil
+}
+
+// lockHome takes the home's lock without waiting; nil means another
+// mcpbox holds it.
+func lockHome(home string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(home, "mcpbox.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+	}
+	return f, nil
+}
+
+func (m *Main) serve(ctx context.Context, c config.Config) error {
+	log := slog.New(slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: logLevel(c.LogLevel)}))
+	var h *httpserver.Handler
+	s, err := m.open(ctx, c, log, func(tool, code string, d time.Duration) { h.Metrics().ToolCall(tool, code, d) })
+	if err != nil {
 		return err
 	}
-	go mgr.RunReaper(ctx, 10*time.Second)
+	defer s.close()
+	h = httpserver.New(httpserver.Options{MCP: s.mcp, Manager: s.mgr, Keys: s.st, Version: mcpbox.Version,
+		Runtime: runtimeName(s.rt), CORSOrigins: c.CORSOrigins, MaxBodyBytes: int64(c.MaxBodyMB) << 20, Logger: log})
+
+	keys, err := s.st.ListKeys(ctx)
+	if err != nil {
+		return err
+	}
+	live := 0
+	for _, k := range keys {
+		if !k.Revoked {
+			live++
+		}
+	}
+	if live == 0 && !isLoopbackHost(c.Host) && !c.Insecure {
+		return &usageError{fmt.Errorf("refusing to listen on %s with no API key: anyone who reaches it could run code. "+
+			"Create a key with `mcpbox key create --owner NAME`, listen on 127.0.0.1, or pass --insecure", c.Host)}
+	}
 
 	addr := net.JoinHostPort(c.Host, strconv.Itoa(c.Port))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: (&server{rt: rt, mgr: mgr}).routes(), ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(m.Stderr, "mcpbox %s serving on http://%s (runtime: %s, home: %s; %d sessions re-adopted, %d ended, %d orphans cleaned)\n",
-		mcpbox.Version, ln.Addr(), runtimeName(rt), rt.Home(), len(rep.Adopted), len(rep.Ended), len(rep.Orphans))
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	auth := "no API keys: every caller is the local owner"
+	if live > 0 {
+		auth = fmt.Sprintf("%d API keys", live)
+	}
+	fmt.Fprintf(m.Stderr, "mcpbox %s serving MCP on http://%s/mcp and /sse (runtime: %s, home: %s, %s)\n",
+		mcpbox.Version, ln.Addr(), runtimeName(s.rt), s.rt.Home(), auth)
+	if rep := s.report; rep != nil {
+		fmt.Fprintf(m.Stderr, "mcpbox: %d sessions re-adopted, %d ended, %d orphans cleaned\n", len(rep.Adopted), len(rep.Ended), len(rep.Orphans))
+	} else {
+		fmt.Fprintf(m.Stderr, "mcpbox: another mcpbox owns %s; not recovering sessions or filling pools\n", s.rt.Home())
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -106,43 +220,25 @@ func (m *Main) serve(ctx context.Context, c config.Config) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	// SSE and streaming responses never end on their own; Shutdown's
+	// deadline covers them.
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	if c.StopSessionsOnExit {
-		n, err := mgr.StopAll(sctx)
+		n, err := s.mgr.StopAll(sctx)
 		fmt.Fprintf(m.Stderr, "mcpbox: stopped %d sessions on exit\n", n)
 		return err
 	}
 	return nil
 }
 
-func (s *server) routes() http.Handler {
-	mux := http.NewServeMux()
-	writeJSON := func(w http.ResponseWriter, v any) {
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(v)
+func isLoopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
 	}
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		sbs, err := s.rt.List(r.Context())
-		status := "ok"
-		if err != nil {
-			status = "degraded: " + err.Error()
-		}
-		writeJSON(w, map[string]any{"status": status, "version": mcpbox.Version, "runtime": runtimeName(s.rt), "sessions": len(sbs)})
-	})
-	mux.HandleFunc("GET /debug/sandboxes", func(w http.ResponseWriter, r *http.Request) {
-		sbs, err := s.rt.List(r.Context())
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		if sbs == nil {
-			sbs = []*mcpbox.Sandbox{}
-		}
-		writeJSON(w, sbs)
-	})
-	return mux
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func runtimeName(rt *local.Runtime) string {

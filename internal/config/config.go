@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -36,6 +37,16 @@ type Config struct {
 	MaxTTL                  time.Duration `yaml:"max_ttl" env:"MCPBOX_MAX_TTL"`
 	StopSessionsOnExit      bool          `yaml:"stop_sessions_on_exit" env:"MCPBOX_STOP_SESSIONS_ON_EXIT"`
 	LogLevel                string        `yaml:"log_level" env:"MCPBOX_LOG_LEVEL"`
+
+	// CORSOrigins are the browser origins allowed to call the HTTP
+	// endpoints; any other Origin is refused with 403.
+	CORSOrigins []string `yaml:"cors_origins" env:"MCPBOX_CORS_ORIGINS"`
+	// MaxBodyMB caps an HTTP request body (write_file content travels in it).
+	MaxBodyMB int `yaml:"max_body_mb" env:"MCPBOX_MAX_BODY_MB"`
+	// RequireSessionID makes tool calls without a session_id an error.
+	RequireSessionID bool `yaml:"require_session_id" env:"MCPBOX_REQUIRE_SESSION_ID"`
+	// Insecure allows listening beyond loopback with no API key.
+	Insecure bool `yaml:"insecure" env:"MCPBOX_INSECURE"`
 
 	// Flavors adds custom flavors, by name.
 	Flavors map[string]Flavor `yaml:"flavors"`
@@ -68,7 +79,7 @@ func Default() Config {
 		Host: "127.0.0.1", Port: 8080,
 		MaxSessions: 100, MaxSessionsPerOwner: 20, MaxConcurrentExecutions: 4,
 		IdleTimeout: 15 * time.Minute, DefaultTTL: time.Hour, MaxTTL: 24 * time.Hour,
-		LogLevel: "info",
+		LogLevel: "info", MaxBodyMB: 64,
 	}
 }
 
@@ -154,6 +165,14 @@ func set(f reflect.Value, s string) error {
 			return errors.New("not true or false")
 		}
 		f.SetBool(b)
+	case []string:
+		var list []string
+		for _, item := range strings.Split(s, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				list = append(list, item)
+			}
+		}
+		f.Set(reflect.ValueOf(list))
 	case time.Duration:
 		d, err := time.ParseDuration(s)
 		if err != nil {
@@ -179,6 +198,14 @@ func (c Config) Validate() error {
 	for key, n := range map[string]int{"max_sessions": c.MaxSessions, "max_sessions_per_owner": c.MaxSessionsPerOwner, "max_concurrent_executions": c.MaxConcurrentExecutions} {
 		if n < 1 {
 			bad(key, "must be at least 1, got %d", n)
+		}
+	}
+	if c.MaxBodyMB < 1 || c.MaxBodyMB > 4096 {
+		bad("max_body_mb", "%d is outside 1..4096", c.MaxBodyMB)
+	}
+	for i, o := range c.CORSOrigins {
+		if u, err := url.Parse(o); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			bad(fmt.Sprintf("cors_origins[%d]", i), "%q is not an origin such as https://app.example.com", o)
 		}
 	}
 	if c.MaxSessionsPerOwner > c.MaxSessions {

@@ -1,0 +1,338 @@
+// Package httpserver is mcpbox's HTTP front: MCP over Streamable HTTP
+// (/mcp) and legacy SSE (/sse), health and readiness, Prometheus metrics,
+// API-key authentication, and the Origin and Host checks that keep
+// browsers and DNS rebinding out.
+package httpserver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/mcpbox/mcpbox"
+	"github.com/mcpbox/mcpbox/adapter/mcpserver"
+	"github.com/mcpbox/mcpbox/apikey"
+	"github.com/mcpbox/mcpbox/manager"
+)
+
+// Options configure the handler. MCP and Manager are required.
+type Options struct {
+	MCP     *mcpserver.Server
+	Manager *manager.Manager
+	// Keys authenticates callers. While it holds no live key, every
+	// caller is the local owner (serve refuses non-loopback addresses
+	// then, unless told --insecure).
+	Keys mcpbox.KeyStore
+	// Version and Runtime are reported by /healthz.
+	Version, Runtime string
+	// CORSOrigins may call from a browser; any other Origin gets 403.
+	CORSOrigins []string
+	// MaxBodyBytes caps a request body; default 64 MiB.
+	MaxBodyBytes int64
+	// Registry receives the metrics; nil makes a new one.
+	Registry *prometheus.Registry
+	Logger   *slog.Logger
+}
+
+// Handler serves every HTTP endpoint of mcpbox.
+type Handler struct {
+	opts    Options
+	mux     *http.ServeMux
+	metrics *Metrics
+	log     *slog.Logger
+
+	keysMu      sync.Mutex
+	keysChecked time.Time
+	keysExist   bool
+
+	sse sseSessions
+}
+
+// New returns the handler. Its Metrics must be hooked into the MCP server
+// (mcpserver.Options.OnCall) by the caller, which builds both.
+func New(opts Options) *Handler {
+	if opts.MaxBodyBytes == 0 {
+		opts.MaxBodyBytes = 64 << 20
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	h := &Handler{opts: opts, mux: http.NewServeMux(), log: opts.Logger, sse: sseSessions{m: map[string]*sseSession{}}}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	h.metrics = newMetrics(opts.Registry, opts.Manager)
+
+	getServer := func(r *http.Request) *mcp.Server { return opts.MCP.For(ownerOf(r)) }
+	stateful := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
+		MaxRequestBodyBytes: opts.MaxBodyBytes,
+		// An MCP session only binds a client to a connection; sandboxes
+		// live in mcpbox sessions. Idle connections are let go.
+		SessionTimeout: 30 * time.Minute,
+		Logger:         h.log,
+	})
+	stateless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
+		Stateless: true, MaxRequestBodyBytes: opts.MaxBodyBytes, Logger: h.log,
+		PropagateRequestCancellation: true,
+	})
+	// 2026-07-28 clients send no initialize and no session: each POST
+	// stands alone. Older clients get the stateful handler.
+	streamable := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Mcp-Session-Id") == "" && r.Header.Get("MCP-Protocol-Version") >= "2026-07-28" {
+			stateless.ServeHTTP(w, r)
+			return
+		}
+		stateful.ServeHTTP(w, r)
+	})
+	guard := func(next http.Handler) http.Handler { return h.checkHost(h.cors(h.authenticate(next))) }
+	h.mux.Handle("/mcp", guard(streamable))
+	h.mux.Handle("/sse", guard(http.HandlerFunc(h.serveSSE)))
+	h.mux.HandleFunc("GET /{$}", h.health)
+	h.mux.HandleFunc("GET /healthz", h.health)
+	h.mux.HandleFunc("GET /readyz", h.ready)
+	h.mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{}))
+	return h
+}
+
+// Metrics returns the handler's metrics, for mcpserver.Options.OnCall.
+func (h *Handler) Metrics() *Metrics { return h.metrics }
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func (h *Handler) health(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "version": h.opts.Version,
+		"runtime": h.opts.Runtime, "sessions": h.opts.Manager.LiveSessions()})
+}
+
+// ready answers 200 once the store answers; a load balancer sends no
+// traffic before.
+func (h *Handler) ready(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := h.opts.Manager.Ready(ctx); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ready"})
+}
+
+// --- owners and keys ---
+
+func ownerOf(r *http.Request) string {
+	if ti := auth.TokenInfoFromContext(r.Context()); ti != nil && ti.UserID != "" {
+		return ti.UserID
+	}
+	return mcpbox.LocalOwner
+}
+
+// authenticate resolves the caller's key to its owner. A key goes in
+// Authorization: Bearer or X-API-Key. With no live key in the store,
+// callers are the local owner.
+func (h *Handler) authenticate(next http.Handler) http.Handler {
+	verify := func(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+		k, err := apikey.Authenticate(ctx, h.opts.Keys, token)
+		if err != nil {
+			if mcpbox.ErrorCode(err) == mcpbox.EUNAUTH {
+				return nil, errors.Join(auth.ErrInvalidToken, errors.New("the API key is unknown or revoked"))
+			}
+			return nil, err
+		}
+		return &auth.TokenInfo{UserID: k.Owner}, nil
+	}
+	bearer := auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(next)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodOptions {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if k := r.Header.Get("X-API-Key"); k != "" && r.Header.Get("Authorization") == "" {
+			r.Header.Set("Authorization", "Bearer "+k)
+		}
+		if r.Header.Get("Authorization") == "" {
+			if !h.keysConfigured(r.Context()) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="mcpbox"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]any{"error_code": mcpbox.EUNAUTH,
+				"message": "this server requires an API key", "recovery_suggestions": []string{
+					"send it as Authorization: Bearer <key> or X-API-Key: <key>; an operator creates one with `mcpbox key create --owner NAME`"}})
+			return
+		}
+		bearer.ServeHTTP(w, r)
+	})
+}
+
+// keysConfigured reports whether any live key exists, looked up at most
+// once a second so a key made with `mcpbox key create` takes effect
+// without a restart.
+func (h *Handler) keysConfigured(ctx context.Context) bool {
+	if h.opts.Keys == nil {
+		return false
+	}
+	h.keysMu.Lock()
+	defer h.keysMu.Unlock()
+	if time.Since(h.keysChecked) < time.Second {
+		return h.keysExist
+	}
+	keys, err := h.opts.Keys.ListKeys(ctx)
+	if err != nil {
+		return true // fail closed
+	}
+	h.keysExist = slices.ContainsFunc(keys, func(k *mcpbox.APIKey) bool { return !k.Revoked })
+	h.keysChecked = time.Now()
+	return h.keysExist
+}
+
+// --- browsers and DNS rebinding ---
+
+// checkHost refuses a non-loopback Host on a loopback connection: that is
+// a DNS-rebinding page in a browser, not a real client.
+func (h *Handler) checkHost(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && isLoopback(la.String()) && !isLoopback(r.Host) {
+			http.Error(w, "Forbidden: Host "+r.Host+" is not this server", http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func isLoopback(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+// cors refuses foreign origins with 403 and answers allowed ones with the
+// CORS headers browsers need, preflights included. Clients outside a
+// browser send no Origin and pass.
+func (h *Handler) cors(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		origin := r.Header.Get("Origin")
+		if origin == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if !h.originAllowed(origin, r.Host) {
+			http.Error(w, "Forbidden: Origin "+origin+" may not call this server; an operator can allow it with --cors-origin", http.StatusForbidden)
+			return
+		}
+		hd := w.Header()
+		hd.Set("Access-Control-Allow-Origin", origin)
+		hd.Add("Vary", "Origin")
+		hd.Set("Access-Control-Expose-Headers", "Mcp-Session-Id, MCP-Protocol-Version, WWW-Authenticate")
+		if r.Method == http.MethodOptions {
+			hd.Set("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS")
+			hd.Set("Access-Control-Allow-Headers", "Authorization, X-API-Key, Content-Type, Accept, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID, Mcp-Method, Mcp-Name")
+			hd.Set("Access-Control-Max-Age", "600")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (h *Handler) originAllowed(origin, host string) bool {
+	if slices.ContainsFunc(h.opts.CORSOrigins, func(o string) bool { return strings.EqualFold(strings.TrimSuffix(o, "/"), origin) }) {
+		return true
+	}
+	// A page served by this very server is same-origin.
+	u, err := url.Parse(origin)
+	return err == nil && u.Host != "" && strings.EqualFold(u.Host, host)
+}
+
+// --- legacy SSE ---
+
+// sseSession is one SSE connection and the owner who opened it.
+type sseSession struct {
+	t     *mcp.SSEServerTransport
+	owner string
+	ready chan struct{} // closed once the transport is connected
+}
+
+type sseSessions struct {
+	mu sync.Mutex
+	m  map[string]*sseSession
+}
+
+// serveSSE is the 2024-11-05 HTTP+SSE transport. It is go-sdk's
+// SSEHandler plus one thing that handler lacks: a message is accepted
+// only from the owner who opened the stream, so a leaked session id is
+// useless under another key.
+func (h *Handler) serveSSE(w http.ResponseWriter, r *http.Request) {
+	owner := ownerOf(r)
+	switch r.Method {
+	case http.MethodPost:
+		id := r.URL.Query().Get("sessionid")
+		h.sse.mu.Lock()
+		s := h.sse.m[id]
+		h.sse.mu.Unlock()
+		if s == nil || s.owner != owner {
+			http.Error(w, "session not found", http.StatusNotFound)
+			return
+		}
+		select {
+		case <-s.ready:
+		case <-r.Context().Done():
+			return
+		}
+		s.t.ServeHTTP(w, r)
+	case http.MethodGet:
+		id := rand.Text()
+		s := &sseSession{owner: owner, ready: make(chan struct{}),
+			t: &mcp.SSEServerTransport{Endpoint: r.URL.Path + "?sessionid=" + id, Response: w, MaxRequestBodyBytes: h.opts.MaxBodyBytes}}
+		h.sse.mu.Lock()
+		h.sse.m[id] = s
+		h.sse.mu.Unlock()
+		defer func() {
+			h.sse.mu.Lock()
+			delete(h.sse.m, id)
+			h.sse.mu.Unlock()
+		}()
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-cache")
+		ss, err := h.opts.MCP.For(owner).Connect(r.Context(), s.t, nil)
+		if err != nil {
+			http.Error(w, "connection failed", http.StatusInternalServerError)
+			return
+		}
+		close(s.ready)
+		defer ss.Close()
+		done := make(chan struct{})
+		go func() { ss.Wait(); close(done) }()
+		select {
+		case <-r.Context().Done():
+		case <-done:
+		}
+	default:
+		w.Header().Set("Allow", "GET, POST")
+		http.Error(w, "Method Not Allowed", http.StatusMethodNotAllowed)
+	}
+}

@@ -1,0 +1,57 @@
+// Package apikey makes and checks mcpbox API keys. A key is
+// "mcpbox_" followed by 52 base32 characters (256 random bits); the store
+// keeps only its SHA-256.
+package apikey
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/hex"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/mcpbox/mcpbox"
+)
+
+// Prefix starts every key, so secret scanners and people can tell one.
+const Prefix = "mcpbox_"
+
+var ownerRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+var encoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// Generate makes a key for owner. The secret is returned once and never
+// stored; k and hash are what the store keeps.
+func Generate(owner, name string) (secret string, k *mcpbox.APIKey, hash string, err error) {
+	if !ownerRE.MatchString(owner) {
+		return "", nil, "", mcpbox.Errorf(mcpbox.EINVALID, "owner %q: use 1 to 64 letters, digits, '_', '.' or '-'", owner)
+	}
+	b := make([]byte, 32)
+	rand.Read(b)
+	body := strings.ToLower(encoding.EncodeToString(b))
+	secret = Prefix + body
+	k = &mcpbox.APIKey{ID: body[:12], Owner: owner, Name: name, Created: time.Now().UTC()}
+	return secret, k, Hash(secret), nil
+}
+
+// Hash is the stored form of a secret. A fast hash is enough: the secret
+// has 256 random bits, so there is nothing to guess that a slow hash
+// would protect, and every request is checked.
+func Hash(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+// Authenticate returns the live key behind secret, or an EUNAUTH error.
+func Authenticate(ctx context.Context, ks mcpbox.KeyStore, secret string) (*mcpbox.APIKey, error) {
+	if secret == "" {
+		return nil, mcpbox.Errorf(mcpbox.EUNAUTH, "no API key")
+	}
+	if ks == nil {
+		return nil, mcpbox.Errorf(mcpbox.EUNAUTH, "this server has no API keys")
+	}
+	return ks.KeyByHash(ctx, Hash(secret))
+}
