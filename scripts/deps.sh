@@ -53,3 +53,12 @@ if ((${#missing[@]} > 0)); then
 fi
 
 go mod download
+
+# The end-to-end clients (MCP TypeScript SDK, Inspector, conformance suite,
+# Node 22) come from npm, pinned by e2e/package-lock.json.
+if ! command -v npm >/dev/null; then
+  echo "deps: npm is missing: install Debian's nodejs and npm; e2e tests will fail" >&2
+elif ! (cd e2e && npm ls --depth=0 >/dev/null 2>&1); then
+  echo "deps: installing the end-to-end clients from npm"
+  (cd e2e && npm ci --no-audit --no-fund --loglevel=error)
+fi

@@ -348,9 +348,38 @@ func outputSchema[Out any](required []string) *jsonschema.Schema {
 		s.Properties[k] = es.Properties[k]
 		s.PropertyOrder = append(s.PropertyOrder, k)
 	}
+	anyToObject(s)
 	s.Required = nil
 	s.AnyOf = []*jsonschema.Schema{{Required: required}, {Required: slices.Clone(es.Required)}}
 	return s
+}
+
+// anyToObject gives the schema jsonschema-go derives for an `any` field a
+// description. An empty schema is written as `true`, which means the same
+// as {} but which validators expecting a schema object (the spec's JSON
+// schema for tools/list) refuse.
+func anyToObject(s *jsonschema.Schema) {
+	for k, p := range s.Properties {
+		if p == nil || (p.Type == "" && p.Types == nil && len(p.Properties) == 0 && p.Items == nil && p.Ref == "") {
+			d := descriptionOf(p)
+			if d == "" {
+				d = "any JSON value"
+			}
+			s.Properties[k] = &jsonschema.Schema{Description: d}
+			continue
+		}
+		anyToObject(p)
+	}
+	if s.Items != nil {
+		anyToObject(s.Items)
+	}
+}
+
+func descriptionOf(s *jsonschema.Schema) string {
+	if s == nil {
+		return ""
+	}
+	return s.Description
 }
 
 // cleanSchemaError shortens the validator's message to what a model needs.

