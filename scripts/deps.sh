@@ -24,6 +24,7 @@ have() {
 needs=(
   "python3 python3"   # the Python language, tests' baselines
   "node nodejs"       # the JavaScript language
+  "npm npm"           # installs the end-to-end MCP clients
   "ps procps"         # tools the containment tests run inside sandboxes
   "unshare util-linux"
   "ip iproute2"
