@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
+	"syscall"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,39 +67,56 @@ func serve(t *testing.T, bin string, args ...string) *server {
 	s := &server{bin: bin, home: testutil.Home(t)}
 	port := freePort(t)
 	s.url = fmt.Sprintf("http://127.0.0.1:%d", port)
-	cmd := exec.Command(bin, append([]string{"serve", "--port", fmt.Sprint(port), "--stop-sessions-on-exit"}, args...)...)
+	p := s.start(t, append([]string{"--stop-sessions-on-exit"}, args...)...)
+	t.Cleanup(func() { p.stop(t) })
+	return s
+}
+
+// proc is one mcpbox serve process.
+type proc struct {
+	cmd  *exec.Cmd
+	log  *strings.Builder
+	done chan struct{}
+}
+
+// start runs serve on s's home and port and waits until it answers.
+func (s *server) start(t *testing.T, args ...string) *proc {
+	t.Helper()
+	u, _ := url.Parse(s.url)
+	cmd := exec.Command(s.bin, append([]string{"serve", "--port", u.Port()}, args...)...)
 	cmd.Env = append(os.Environ(), "MCPBOX_HOME="+s.home)
-	var log strings.Builder
-	cmd.Stdout, cmd.Stderr = &log, &log
+	p := &proc{cmd: cmd, log: &strings.Builder{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.log, p.log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("mcpbox serve log:\n%s", log.String())
-		}
-	})
+	go func() { cmd.Wait(); close(p.done) }()
 	for i := 0; ; i++ {
 		resp, err := http.Get(s.url + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return s
+				return p
 			}
 		}
 		if i == 100 {
-			t.Fatalf("mcpbox serve did not answer /healthz: %v\n%s", err, log.String())
+			t.Fatalf("mcpbox serve did not answer /healthz: %v\n%s", err, p.log.String())
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop interrupts serve and waits for it to exit.
+func (p *proc) stop(t *testing.T) {
+	p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+	if t.Failed() {
+		t.Logf("mcpbox serve log:\n%s", p.log.String())
 	}
 }
 
@@ -173,4 +192,75 @@ func TestClients(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCLIAndRestart drives serve with mcpbox's own MCP client commands and
+// checks that sessions, kernel state included, survive kill -9 of serve.
+func TestCLIAndRestart(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := build(t)
+	s := &server{bin: bin, home: testutil.Home(t), url: fmt.Sprintf("http://127.0.0.1:%d", freePort(t))}
+	cli := func(stdin string, args ...string) (string, string, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "MCPBOX_URL="+s.url, "MCPBOX_HOME="+s.home)
+		cmd.Stdin = strings.NewReader(stdin)
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		return out.String(), errb.String(), err
+	}
+
+	first := s.start(t)
+	id, stderr, err := cli("", "session", "create")
+	id = strings.TrimSpace(id)
+	if err != nil || mcpboxID(id) != nil {
+		t.Fatalf("session create: %q %v\n%s", id, err, stderr)
+	}
+	if out, stderr, err := cli("", "exec", "--session", id, "x = 42\nprint('set')"); err != nil || out != "set\n" {
+		t.Fatalf("exec: %q %v\n%s", out, err, stderr)
+	}
+	if out, stderr, err := cli("", "exec", "--session", id, "1/0"); !exitCode(err, 1) || !strings.Contains(stderr, "ZeroDivisionError") || out != "" {
+		t.Errorf("exec of raising code: %q %q %v, want exit 1 and the traceback", out, stderr, err)
+	}
+	if _, stderr, err := cli("", "exec", "--session", "nonexistent", "1"); !exitCode(err, 2) || !strings.Contains(stderr, "SESSION_NOT_FOUND") {
+		t.Errorf("exec in a missing session: %v %s", err, stderr)
+	}
+
+	// kill -9: no chance to clean up or stop anything.
+	first.cmd.Process.Signal(syscall.SIGKILL)
+	<-first.done
+	second := s.start(t)
+	t.Cleanup(func() {
+		cli("", "session", "rm", id)
+		second.stop(t)
+	})
+	if !strings.Contains(second.log.String(), "1 sessions re-adopted") {
+		t.Errorf("restart log does not report the re-adopted session:\n%s", second.log.String())
+	}
+	out, stderr, err := cli("", "session", "ls")
+	if err != nil || !strings.Contains(out, id) || !strings.Contains(out, "python") {
+		t.Fatalf("session ls after the restart: %q %v\n%s", out, err, stderr)
+	}
+	out, stderr, err = cli("print(x)\n", "exec", "--session", id, "-")
+	if err != nil || out != "42\n" {
+		t.Fatalf("x after kill -9 and restart: %q %v\n%s", out, err, stderr)
+	}
+	if out, _, err := cli("", "session", "rm", id); err != nil || strings.TrimSpace(out) != id {
+		t.Errorf("session rm: %q %v", out, err)
+	}
+	if out, _, _ := cli("", "session", "ls"); strings.Contains(out, id) {
+		t.Errorf("removed session still listed: %s", out)
+	}
+}
+
+func mcpboxID(id string) error {
+	if len(id) != 20 {
+		return fmt.Errorf("%q is not a session id", id)
+	}
+	return nil
+}
+
+func exitCode(err error, code int) bool {
+	ee, ok := err.(*exec.ExitError)
+	return ok && ee.ExitCode() == code
 }

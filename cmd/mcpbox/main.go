@@ -77,7 +77,7 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		fmt.Fprintln(m.Stderr, "  hint:", s)
 	}
 	var ue *usageError
-	if errors.As(err, &ue) || mcpbox.ErrorCode(err) == mcpbox.EINVALID || isCobraUsage(err) {
+	if errors.As(err, &ue) || mcpbox.ErrorCode(err) == mcpbox.EINVALID || mcpbox.ErrorCode(err) == mcpbox.ESESSION || isCobraUsage(err) {
 		return exitUsage
 	}
 	return exitInternal
@@ -94,7 +94,7 @@ func (m *Main) rootCommand() *cobra.Command {
 	root.SetOut(m.Stdout)
 	root.SetErr(m.Stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(m.runCommand(), m.serveCommand(), m.mcpCommand(), m.keyCommand(), m.configCommand(), m.doctorCommand(), m.versionCommand())
+	root.AddCommand(m.runCommand(), m.serveCommand(), m.mcpCommand(), m.keyCommand(), m.sessionCommand(), m.execCommand(), m.configCommand(), m.doctorCommand(), m.versionCommand())
 	return root
 }
 
