@@ -141,4 +141,3 @@ func BenchmarkConcurrentClients(b *testing.B) {
 		b.Errorf("%d of %d calls failed", errs.Load(), b.N)
 	}
 }
-
