@@ -19,8 +19,8 @@ func TestLayering(t *testing.T) {
 		{mod + "/agent", mod + "/store"},
 		{mod + "/agent", mod + "/cmd"},
 		// Adapters reach sandboxes only through the manager.
-		{mod + "/api", mod + "/runtime"},
-		{mod + "/api", mod + "/store"},
+		{mod + "/adapter", mod + "/runtime"},
+		{mod + "/adapter", mod + "/store"},
 		// The manager knows runtimes only through mcpbox.Runtime.
 		{mod + "/manager", mod + "/runtime"},
 		{mod + "/manager", mod + "/store/sqlite"},
