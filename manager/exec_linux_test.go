@@ -159,3 +159,50 @@ func TestExecution(t *testing.T) {
 		}
 	})
 }
+
+// TestWarmPoolEnv checks that a session taken from a warm pool gets the
+// caller's env in its kernels, though the pool started them without it.
+func TestWarmPoolEnv(t *testing.T) {
+	testutil.RequireRoot(t)
+	rt, err := local.New(&local.Options{Home: testutil.Home(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	m, err := manager.New(ctx, &manager.Options{Runtime: rt, Store: memstore.New(), Pools: []manager.PoolSpec{{Flavor: "small", Size: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(ctx)
+	if err := m.StartPools(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var warm []*mcpbox.Sandbox
+	for range 200 {
+		if warm, _ = rt.List(ctx); len(warm) == 1 && m.PoolStats()["/small"] == 1 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(warm) != 1 {
+		t.Fatalf("the pool did not fill: %d sandboxes", len(warm))
+	}
+	testutil.Track(warm[0].ID)
+	s, err := m.Create(ctx, "alice", manager.CreateRequest{Env: map[string]string{"GREETING": "from the caller"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Stop(ctx, "alice", s.ID)
+	if s.ID != warm[0].ID {
+		t.Fatalf("session %s did not come from the pool (%s)", s.ID, warm[0].ID)
+	}
+	var out strings.Builder
+	err = m.ExecuteCode(ctx, "alice", s.ID, manager.CodeRequest{Code: "import os; print(os.environ['GREETING'])"}, func(ev agentclient.Event) {
+		if ev.Type() == "stdout" {
+			out.WriteString(ev.Text())
+		}
+	})
+	if err != nil || out.String() != "from the caller\n" {
+		t.Errorf("kernel of a warm session sees %q (%v), want the caller's env", out.String(), err)
+	}
+}
