@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -75,8 +76,26 @@ func serve(t testing.TB, bin string, args ...string) *server {
 // proc is one mcpbox serve process.
 type proc struct {
 	cmd  *exec.Cmd
-	log  *strings.Builder
+	log  *syncBuffer
 	done chan struct{}
+}
+
+// syncBuffer is a log the process writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // start runs serve on s's home and port and waits until it answers.
@@ -85,7 +104,7 @@ func (s *server) start(t testing.TB, args ...string) *proc {
 	u, _ := url.Parse(s.url)
 	cmd := exec.Command(s.bin, append([]string{"serve", "--port", u.Port()}, args...)...)
 	cmd.Env = append(os.Environ(), "MCPBOX_HOME="+s.home)
-	p := &proc{cmd: cmd, log: &strings.Builder{}, done: make(chan struct{})}
+	p := &proc{cmd: cmd, log: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
