@@ -18,15 +18,37 @@ import (
 )
 
 // sessionConn is what the manager keeps per live session: a client of its
-// agent and the slots that cap concurrent executions.
+// agent, the slots that cap concurrent executions, and the session's record
+// as last read from the store.
 type sessionConn struct {
 	client *agentclient.Client
 	slots  chan struct{}
+
+	// session and checked are the record and when it was read, under
+	// Manager.connMu. A call within recordTTL of the read uses it as is.
+	session *mcpbox.Session
+	checked time.Time
 }
+
+// recordTTL is how long a session record read from the store serves calls
+// without reading it again. Touch skips its write for the same second, so
+// a busy session costs one store round trip a second, not one per call.
+// Ending a session here drops the record at once; one ended by another
+// mcpbox process on the same store is noticed within this time, and a
+// call in between fails on the sandbox being gone.
+const recordTTL = time.Second
 
 // conn returns owner's running session and its connection, after
 // recording the use.
 func (m *Manager) conn(ctx context.Context, owner, id string) (*mcpbox.Session, *sessionConn, error) {
+	now := m.opts.Now()
+	m.connMu.Lock()
+	if c := m.conns[id]; c != nil && c.session != nil && c.session.Owner == owner && now.Sub(c.checked) < recordTTL {
+		s := c.session
+		m.connMu.Unlock()
+		return s, c, nil
+	}
+	m.connMu.Unlock()
 	s, err := m.Touch(ctx, owner, id)
 	if err != nil {
 		return nil, nil, err
@@ -38,6 +60,8 @@ func (m *Manager) conn(ctx context.Context, owner, id string) (*mcpbox.Session, 
 		c = &sessionConn{client: agentclient.New(s.Sandbox.Endpoint), slots: make(chan struct{}, m.opts.MaxConcurrentExecutions)}
 		m.conns[id] = c
 	}
+	// The record is shared by the calls that follow: they read it only.
+	c.session, c.checked = s, now
 	return s, c, nil
 }
 

@@ -232,9 +232,16 @@ func (d *toolDef[In, Out]) add(srv *mcp.Server, s *Server, owner string) {
 		panic(fmt.Sprintf("tool %s: input schema: %v", d.name, err))
 	}
 	out := outputSchema[Out](d.required)
+	// The SDK marshals a tool's input schema on every call of a
+	// 2026-07-28 client (to look for x-mcp-header annotations); as JSON
+	// already, that is a copy instead of a walk of the schema by reflection.
+	inJSON, err := json.Marshal(in)
+	if err != nil {
+		panic(fmt.Sprintf("tool %s: input schema: %v", d.name, err))
+	}
 	t := &mcp.Tool{
 		Name: d.name, Title: d.title, Description: d.description,
-		InputSchema: in, OutputSchema: out,
+		InputSchema: json.RawMessage(inJSON), OutputSchema: out,
 		Annotations: &mcp.ToolAnnotations{Title: d.title, ReadOnlyHint: d.readOnly, DestructiveHint: &d.destructive, OpenWorldHint: new(bool)},
 	}
 	srv.AddTool(t, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
