@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/mcpbox/mcpbox"
@@ -178,10 +179,20 @@ func (m *Manager) StopAll(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	var errs []error
-	for _, s := range live {
-		errs = append(errs, m.end(ctx, s, mcpbox.SessionStopped))
+	// A few at a time: tearing a sandbox down is mostly waiting on the
+	// kernel, and a server stopping with dozens live should not take a
+	// minute.
+	errs := make([]error, len(live))
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i, s := range live {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = m.end(ctx, s, mcpbox.SessionStopped)
+		})
 	}
+	wg.Wait()
 	return len(live), errors.Join(errs...)
 }
 

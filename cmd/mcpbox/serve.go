@@ -226,7 +226,10 @@ func (m *Main) serve(ctx context.Context, c config.Config) error {
 		return err
 	}
 	if c.StopSessionsOnExit {
-		n, err := s.mgr.StopAll(sctx)
+		// Its own deadline: a slow Shutdown must not leave sandboxes behind.
+		stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		n, err := s.mgr.StopAll(stopCtx)
 		fmt.Fprintf(m.Stderr, "mcpbox: stopped %d sessions on exit\n", n)
 		return err
 	}
