@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -162,6 +163,9 @@ func BenchmarkConcurrentClients(b *testing.B) {
 		}
 	}
 	b.Run("client=go-sdk", func(b *testing.B) {
+		// The load generator gets the collector setting mcpbox gives itself
+		// (see tuneGC): go-sdk's client allocates as its server does.
+		defer debug.SetGCPercent(debug.SetGCPercent(400))
 		run(b, func(c *client) error {
 			res, err := c.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "execute_code", Arguments: map[string]any{"code": "x+1", "session_id": c.id}})
 			if err == nil && res.IsError {

@@ -254,8 +254,14 @@ func (m *Manager) handleExecute(w http.ResponseWriter, r *http.Request) {
 	enc := json.NewEncoder(w)
 	c.execute(r.Context(), req.Code, req.EnvVars, req.Event, time.Duration(req.Timeout*float64(time.Second)), func(ev Event) {
 		enc.Encode(ev)
-		if flusher != nil {
-			flusher.Flush()
+		// Output streams as it comes. Results, errors and the count only
+		// come at a cell's end, just before end_of_execution: they go out
+		// with it, in one write instead of one each.
+		switch ev["type"] {
+		case "stdout", "stderr", "end_of_execution", "unexpected_end_of_execution":
+			if flusher != nil {
+				flusher.Flush()
+			}
 		}
 	})
 }
