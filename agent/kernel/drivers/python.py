@@ -14,9 +14,12 @@ _req = os.fdopen(3, "r", encoding="utf-8")
 _ev = os.fdopen(4, "w", encoding="utf-8", errors="surrogateescape")
 
 
-def _send(**ev):
+# Output is flushed as it is written, so it streams; what only comes at a
+# cell's end (results, errors) waits in the buffer for "done": one write.
+def _send(_flush=True, **ev):
     _ev.write(json.dumps(ev, default=str) + "\n")
-    _ev.flush()
+    if _flush:
+        _ev.flush()
 
 
 class _Stream(io.TextIOBase):
@@ -66,7 +69,7 @@ def _result(value, main):
             elif field == "json":
                 out = json.loads(json.dumps(out, default=str))
             r[field] = out
-    _send(**r)
+    _send(False, **r)
 
 
 def _figures():
@@ -78,7 +81,7 @@ def _figures():
     for num in plt.get_fignums():
         buf = io.BytesIO()
         plt.figure(num).savefig(buf, format="png")
-        _send(type="result", png=base64.b64encode(buf.getvalue()).decode(), text="<Figure>", is_main_result=False)
+        _send(False, type="result", png=base64.b64encode(buf.getvalue()).decode(), text="<Figure>", is_main_result=False)
     plt.close("all")
 
 
@@ -93,7 +96,7 @@ def _error(exc):
     for name, src in _sources.items():
         linecache.cache[name] = (len(src), None, src.splitlines(True), name)
     lines = traceback.format_exception(type(exc), exc, tb)
-    _send(type="error", name=type(exc).__name__, value=str(exc), traceback="".join(lines))
+    _send(False, type="error", name=type(exc).__name__, value=str(exc), traceback="".join(lines))
 
 
 # Cell sources by file name, so tracebacks through code defined in an
@@ -113,7 +116,8 @@ def _run(code):
     last = None
     if tree.body and isinstance(tree.body[-1], _ast.Expr):
         last = _ast.Expression(tree.body.pop().value)
-    exec(compile(tree, name, "exec"), _globals)
+    if tree.body:
+        exec(compile(tree, name, "exec"), _globals)
     if last is not None:
         value = eval(compile(last, name, "eval"), _globals)
         if value is not None:
@@ -140,7 +144,7 @@ def _handler(event):
         text = json.dumps(value)
     except (TypeError, ValueError):
         raise TypeError("handler returned a %s, which cannot be encoded as JSON" % type(value).__name__) from None
-    _send(type="return_value", value=json.loads(text))
+    _send(False, type="return_value", value=json.loads(text))
 
 
 def _main():
