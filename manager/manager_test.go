@@ -190,3 +190,58 @@ func TestReaper(t *testing.T) {
 	}
 	_ = short
 }
+
+// TestSessionRecordCache checks the second a live session's record serves
+// calls from memory: the owner check still applies, an end in this
+// process is seen at once, and one in another process within a second.
+func TestSessionRecordCache(t *testing.T) {
+	ctx := context.Background()
+	rt := testutil.NewFakeRuntime()
+	st := memstore.New()
+	clk := &clock{now: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	open := func() *manager.Manager {
+		m, err := manager.New(ctx, &manager.Options{Runtime: rt, Store: st, Now: clk.Now,
+			WarmKernel: func(context.Context, *mcpbox.Sandbox) error { return nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	m, other := open(), open()
+	// Calls reach past the record to the agent, which the fake runtime
+	// does not have: any error but SESSION_NOT_FOUND means the record let
+	// the call through.
+	use := func(m *manager.Manager, owner, id string) string {
+		_, err := m.ReadFile(ctx, owner, id, "/workspace/x")
+		return mcpbox.ErrorCode(err)
+	}
+	a, err := m.Create(ctx, "alice", manager.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := use(m, "alice", a.ID); code == mcpbox.ESESSION {
+		t.Fatalf("alice's live session: %s", code)
+	}
+	if code := use(m, "bob", a.ID); code != mcpbox.ESESSION {
+		t.Errorf("bob, right after alice's call: %s, want %s", code, mcpbox.ESESSION)
+	}
+	if err := m.Stop(ctx, "alice", a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if code := use(m, "alice", a.ID); code != mcpbox.ESESSION {
+		t.Errorf("right after stopping it here: %s, want %s", code, mcpbox.ESESSION)
+	}
+
+	b, err := m.Create(ctx, "alice", manager.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	use(m, "alice", b.ID)
+	if err := other.Stop(ctx, "alice", b.ID); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(1100 * time.Millisecond)
+	if code := use(m, "alice", b.ID); code != mcpbox.ESESSION {
+		t.Errorf("a second after another manager stopped it: %s, want %s", code, mcpbox.ESESSION)
+	}
+}
