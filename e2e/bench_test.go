@@ -106,11 +106,11 @@ func BenchmarkExecuteCode(b *testing.B) {
 // connection and session, calling execute_code "x+1" as fast as they can,
 // all on this machine's two cores beside the server.
 //
-// client=go-sdk drives the calls with go-sdk's client. client=replay, the
-// load-generator figure, replays the exact request go-sdk's client sent
-// (body and headers, with a fresh id) over plain net/http and checks each
-// answer: the server does the same work per call, the client a tenth of it,
-// as with wrk or hey in front of a web server.
+// client=go-sdk drives the calls with go-sdk's client. client=replay
+// replays the exact request go-sdk's client sent (body and headers, with a
+// fresh id) over plain net/http and checks each answer: the server does the
+// same work per call and the load generator less, as with wrk or hey in
+// front of a web server.
 func BenchmarkConcurrentClients(b *testing.B) {
 	testutil.RequireRoot(b)
 	bin := build(b)
@@ -136,6 +136,7 @@ func BenchmarkConcurrentClients(b *testing.B) {
 		defer cl[i].cs.Close()
 		cl[i].id = warmSession(b, cl[i].cs)
 		cl[i].rp = cl[i].rec.capture(b, cl[i].cs, cl[i].id)
+		cl[i].rec.off.Store(true)
 	}
 	run := func(b *testing.B, call func(c *client) error) {
 		var errs atomic.Int64
@@ -181,15 +182,17 @@ func BenchmarkConcurrentClients(b *testing.B) {
 	})
 }
 
-// recorder is an http.RoundTripper that keeps the last request it sent.
+// recorder is an http.RoundTripper that keeps the last request it sent,
+// until it is turned off.
 type recorder struct {
+	off  atomic.Bool
 	mu   sync.Mutex
 	hdr  http.Header
 	body []byte
 }
 
 func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Body != nil {
+	if req.Body != nil && !r.off.Load() {
 		body, err := io.ReadAll(req.Body)
 		if err != nil {
 			return nil, err
