@@ -152,6 +152,10 @@ type SandboxSpec struct {
 	// Volumes are host directories bound into the sandbox; the caller has
 	// already checked them against its allow-list.
 	Volumes []Volume
+	// Prestart names languages whose kernel starts with the sandbox, while
+	// the rest of it is still being set up, so that the first execution
+	// does not wait for an interpreter to boot.
+	Prestart []Language
 }
 
 // Sandbox describes a live sandbox.

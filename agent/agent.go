@@ -50,6 +50,9 @@ type Options struct {
 	// MaxOutputBytes caps each output stream of one kernel execution;
 	// default 1 MiB.
 	MaxOutputBytes int64
+	// Prestart names languages whose default kernel starts with the agent
+	// instead of at its first execution.
+	Prestart []string
 	// Logger receives the agent's logs; nil discards them.
 	Logger *slog.Logger
 	// Ready, if set, is called by Serve once the agent is built and about
@@ -94,6 +97,11 @@ func New(opts *Options) *Agent {
 	kernels := kernel.New(&kernel.Options{
 		UID: o.UID, GID: o.GID, Env: o.Env, Home: o.Home, Logger: o.Logger, MaxOutputBytes: o.MaxOutputBytes,
 	})
+	for _, lang := range o.Prestart {
+		if err := kernels.Prestart(lang); err != nil {
+			o.Logger.Warn("prestart", "language", lang, "err", err)
+		}
+	}
 	mux := http.NewServeMux()
 	kh := kernels.Handler()
 	mux.Handle("/execute", kh)

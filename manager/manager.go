@@ -222,7 +222,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 	if sb != nil {
 		s.ID = sb.ID
 	} else {
-		sb, err = m.opts.Runtime.Create(ctx, mcpbox.SandboxSpec{ID: s.ID, Flavor: fl, Env: req.Env, Volumes: vols})
+		sb, err = m.opts.Runtime.Create(ctx, mcpbox.SandboxSpec{ID: s.ID, Flavor: fl, Env: req.Env, Volumes: vols, Prestart: prestart})
 	}
 	if err != nil {
 		m.release(owner, false)

@@ -47,6 +47,14 @@ func (m *Manager) startPools(ctx context.Context, specs []PoolSpec) error {
 	return nil
 }
 
+// prestart is the kernel every sandbox starts as it boots, as a code
+// interpreter's does: most sessions run Python first, and the interpreter
+// then boots while the sandbox is still being set up.
+var prestart = []mcpbox.Language{mcpbox.Python}
+
+// refillDelay is how long a pool waits after a take before it refills.
+const refillDelay = 50 * time.Millisecond
+
 // refill keeps p at its size, one sandbox at a time, while the global
 // limit leaves room; it sleeps until a sandbox is taken.
 func (m *Manager) refill(ctx context.Context, p *pool) {
@@ -57,8 +65,16 @@ func (m *Manager) refill(ctx context.Context, p *pool) {
 			return
 		case <-p.wake:
 		}
+		// The request that took a sandbox is about to run its first code
+		// in it; making the next one now would take the CPU from it.
+		// Takes within the delay are refilled together.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(refillDelay):
+		}
 		for m.reservePool(p) {
-			sb, err := m.opts.Runtime.Create(ctx, mcpbox.SandboxSpec{ID: mcpbox.NewID(), Flavor: p.flavor, Volumes: m.opts.Volumes})
+			sb, err := m.opts.Runtime.Create(ctx, mcpbox.SandboxSpec{ID: mcpbox.NewID(), Flavor: p.flavor, Volumes: m.opts.Volumes, Prestart: prestart})
 			if err == nil && m.opts.WarmKernel != nil {
 				// A warm sandbox has its default Python context running.
 				if err = m.opts.WarmKernel(ctx, sb); err != nil {

@@ -170,6 +170,31 @@ func (m *Manager) Close() {
 	}
 }
 
+// Prestart starts language's default context in the background, so the
+// first execution finds its interpreter up. An execution that comes
+// sooner waits for the start under way; a start that fails is retried,
+// and reported, by the first execution.
+func (m *Manager) Prestart(language string) error {
+	c, err := m.resolve("", language)
+	if err != nil {
+		return err
+	}
+	go func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.k != nil {
+			return
+		}
+		k, err := c.start()
+		if err != nil {
+			m.log.Warn("prestart failed", "language", c.Language, "err", err)
+			return
+		}
+		c.k = k
+	}()
+	return nil
+}
+
 // canonical maps the names clients use to a driver's name.
 func canonical(language string) string {
 	switch strings.ToLower(language) {

@@ -62,6 +62,9 @@ func InitMain() {
 		Home: SandboxHome,
 		Cwd:  Workspace,
 		Env:  env,
+		// Started before the host's health check: the interpreter boots
+		// while the host finishes creating the sandbox.
+		Prestart: cfg.Prestart,
 		// Nothing larger than the disk can be stored anyway; saying 413
 		// up front beats a 507 halfway through.
 		MaxFileBytes: cfg.DiskBytes,

@@ -117,6 +117,7 @@ type initConfig struct {
 	UID       int               `json:"uid"` // user code's uid (and gid) inside
 	Env       map[string]string `json:"env"`
 	Volumes   []mcpbox.Volume   `json:"volumes,omitempty"`
+	Prestart  []string          `json:"prestart,omitempty"`
 }
 
 // Create starts a sandbox and returns once its agent answers /health.
@@ -232,6 +233,9 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 
 	cfg := initConfig{ID: spec.ID, Scratch: dir, DiskBytes: spec.Flavor.DiskBytes,
 		Pids: spec.Flavor.Pids, UID: uid, Env: spec.Env, Volumes: spec.Volumes}
+	for _, l := range spec.Prestart {
+		cfg.Prestart = append(cfg.Prestart, string(l))
+	}
 	if err := json.NewEncoder(h.cfgW).Encode(cfg); err != nil {
 		return nil, fail("send config", err)
 	}
