@@ -50,6 +50,9 @@ type Options struct {
 	// MaxOutputBytes caps each output stream of one kernel execution;
 	// default 1 MiB.
 	MaxOutputBytes int64
+	// KernelModules is Options.ModuleDir of the kernels (see
+	// kernel.WritePythonModule); empty means drivers start from source.
+	KernelModules string
 	// Prestart names languages whose default kernel starts with the agent
 	// instead of at its first execution.
 	Prestart []string
@@ -96,6 +99,7 @@ func New(opts *Options) *Agent {
 	})
 	kernels := kernel.New(&kernel.Options{
 		UID: o.UID, GID: o.GID, Env: o.Env, Home: o.Home, Logger: o.Logger, MaxOutputBytes: o.MaxOutputBytes,
+		ModuleDir: o.KernelModules,
 	})
 	for _, lang := range o.Prestart {
 		if err := kernels.Prestart(lang); err != nil {

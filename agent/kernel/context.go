@@ -79,7 +79,11 @@ func (c *kctx) start() (*kernelProc, error) {
 	if uint32(c.m.opts.UID) != uint32(os.Geteuid()) {
 		sys.Credential = &syscall.Credential{Uid: uint32(c.m.opts.UID), Gid: uint32(c.m.opts.GID), Groups: []uint32{}}
 	}
-	child, err := reaper.Start(path, append([]string{drv.program}, drv.args...), &os.ProcAttr{
+	args := drv.args
+	if c.Language == "python" {
+		args = pythonArgs(c.m.opts.ModuleDir)
+	}
+	child, err := reaper.Start(path, append([]string{drv.program}, args...), &os.ProcAttr{
 		Dir: c.Cwd, Env: env, Files: []*os.File{devnull, outW, errW, reqR, evW}, Sys: sys,
 	})
 	for _, f := range []*os.File{devnull, outW, errW, reqR, evW} {

@@ -16,7 +16,8 @@
 // execution in a language without a context_id uses (and creates) that
 // language's default context. The drivers are small programs embedded in
 // the binary and passed on the command line, so nothing is written inside
-// the sandbox; they speak JSON lines over their own pipes (fds 3 and 4).
+// the sandbox (the Python one may also come precompiled, read-only, from
+// Options.ModuleDir); they speak JSON lines over their own pipes (fds 3 and 4).
 //
 // Timeouts interrupt the cell (SIGINT → KeyboardInterrupt) and keep the
 // state; a cell that does not stop within interruptGrace gets its kernel
@@ -107,7 +108,10 @@ type Options struct {
 	Home string
 	// MaxOutputBytes caps each stream of one execution; default 1 MiB.
 	MaxOutputBytes int64
-	Logger         *slog.Logger
+	// ModuleDir, if set, is where WritePythonModule put the Python driver,
+	// as this process sees it; Python kernels start from it when it is there.
+	ModuleDir string
+	Logger    *slog.Logger
 }
 
 // Manager owns the contexts. It is safe for concurrent use.

@@ -176,7 +176,7 @@ func TestContainWriteHostPaths(t *testing.T) {
 	rt := newRuntime(t)
 	_, c := newTinySandbox(t, rt)
 	name := "evil" + testutil.ID()
-	for _, p := range []string{"/usr/bin/", "/bin/", "/lib/", "/etc/ssl/", "/usr/local/"} {
+	for _, p := range []string{"/usr/bin/", "/bin/", "/lib/", "/etc/ssl/", "/usr/local/", "/opt/mcpbox/"} {
 		out, code := mustSh(t, c, "echo x > "+p+name)
 		if code == 0 {
 			t.Errorf("wrote %s%s inside the sandbox: %s", p, name, out)
@@ -185,6 +185,14 @@ func TestContainWriteHostPaths(t *testing.T) {
 			os.Remove(p + name)
 			t.Errorf("sandbox created %s%s on the host", p, name)
 		}
+	}
+	// Every sandbox's Python kernel runs the driver bound there from the
+	// host: it must not be replaceable from inside.
+	if out, code := mustSh(t, c, "echo 'import os' > /opt/mcpbox/mcpbox_kernel.py"); code == 0 {
+		t.Errorf("rewrote the shared kernel driver from inside a sandbox: %s", out)
+	}
+	if b, err := os.ReadFile(filepath.Join(rt.Home(), "kernels", "mcpbox_kernel.py")); err != nil || strings.HasPrefix(string(b), "import os") {
+		t.Errorf("the host's kernel driver after the attempt: %v %.40q", err, b)
 	}
 	// Writes elsewhere land in the sandbox's own upper dir, not the host.
 	mustSh(t, c, "mkdir -p /home/user/.local && echo x > /home/user/.local/"+name)

@@ -56,6 +56,10 @@ func InitMain() {
 		env["USER"] = "root"
 	}
 	maps.Copy(env, cfg.Env)
+	kernels := ""
+	if cfg.Kernels != "" {
+		kernels = sandboxKernels
+	}
 	err = agent.Serve(context.Background(), ln, &agent.Options{
 		UID:  cfg.UID,
 		GID:  cfg.UID,
@@ -64,7 +68,8 @@ func InitMain() {
 		Env:  env,
 		// Started before the host's health check: the interpreter boots
 		// while the host finishes creating the sandbox.
-		Prestart: cfg.Prestart,
+		Prestart:      cfg.Prestart,
+		KernelModules: kernels,
 		// Nothing larger than the disk can be stored anyway; saying 413
 		// up front beats a 507 halfway through.
 		MaxFileBytes: cfg.DiskBytes,
@@ -94,7 +99,7 @@ func setup() (*initConfig, net.Listener, error) {
 	}
 	lf.Close()
 
-	root, err := buildRoot(cfg.Scratch, cfg.DiskBytes, cfg.UID, cfg.Volumes)
+	root, err := buildRoot(cfg.Scratch, cfg.DiskBytes, cfg.UID, cfg.Volumes, cfg.Kernels)
 	if err != nil {
 		return nil, nil, err
 	}

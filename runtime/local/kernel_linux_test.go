@@ -2,6 +2,7 @@ package local_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -42,5 +43,15 @@ func TestKernelsInSandbox(t *testing.T) {
 				t.Errorf("got %q, want %q", got.String(), tc.want)
 			}
 		})
+	}
+	// The Python kernel started from the driver precompiled on the host.
+	var got strings.Builder
+	err := c.Execute(ctx, agentclient.ExecuteRequest{Code: "import sys\nsys.modules['mcpbox_kernel'].__file__"}, func(ev agentclient.Event) {
+		if ev.Type() == "result" || ev.Type() == "error" {
+			got.WriteString(ev.Text() + fmt.Sprint(ev["value"]))
+		}
+	})
+	if err != nil || !strings.HasPrefix(got.String(), "'/opt/mcpbox/mcpbox_kernel.py'") {
+		t.Errorf("the Python kernel's driver: %q %v, want the module in /opt/mcpbox", got.String(), err)
 	}
 }

@@ -33,6 +33,10 @@ func mount(source, target, fstype string, flags uintptr, data string) error {
 	return step(fmt.Sprintf("mount %s on %s", fstype+source, target), unix.Mount(source, target, fstype, flags, data))
 }
 
+// sandboxKernels is where the precompiled kernel drivers appear inside a
+// sandbox, read-only.
+const sandboxKernels = "/opt/mcpbox"
+
 // Host paths bound read-only into every sandbox. /usr is the system; the
 // /etc entries are what the dynamic loader, TLS, Python and
 // Debian's matplotlib (its matplotlibrc lives in /etc) need.
@@ -51,7 +55,7 @@ var (
 // scratch becomes a tmpfs of diskBytes: the overlay's upper dir lives in
 // it, so everything the sandbox writes (/workspace, /tmp, $HOME, pip
 // installs) shares that one limit.
-func buildRoot(scratch string, diskBytes int64, uid int, volumes []mcpbox.Volume) (string, error) {
+func buildRoot(scratch string, diskBytes int64, uid int, volumes []mcpbox.Volume, kernels string) (string, error) {
 	if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return "", err
 	}
@@ -90,6 +94,15 @@ func buildRoot(scratch string, diskBytes int64, uid int, volumes []mcpbox.Volume
 			continue
 		}
 		if err := bindReadOnly(src, filepath.Join(root, "etc", e)); err != nil {
+			return "", err
+		}
+	}
+	if kernels != "" {
+		dst := filepath.Join(root, sandboxKernels)
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			return "", step("mkdir "+sandboxKernels, err)
+		}
+		if err := bindReadOnly(kernels, dst); err != nil {
 			return "", err
 		}
 	}

@@ -92,6 +92,14 @@ func rootlessInner() error {
 			return fmt.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
+	// The Python kernel, started from the driver the runtime precompiled.
+	var got strings.Builder
+	err = c.Execute(ctx, agentclient.ExecuteRequest{Code: "import sys\nx = sys.modules['mcpbox_kernel'].__file__\nx"}, func(ev agentclient.Event) {
+		got.WriteString(ev.Type() + ":" + ev.Text() + fmt.Sprint(ev["value"]) + " ")
+	})
+	if err != nil || !strings.Contains(got.String(), "result:'/opt/mcpbox/mcpbox_kernel.py'") {
+		return fmt.Errorf("python kernel: %v: %s", err, got.String())
+	}
 	if err := rt.Destroy(context.Background(), sb.ID); err != nil {
 		return err
 	}

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/mcpbox/mcpbox"
+	"github.com/mcpbox/mcpbox/agent/kernel"
+	"github.com/mcpbox/mcpbox/agent/process"
 	"github.com/mcpbox/mcpbox/internal/linux/cgroup"
 )
 
@@ -32,6 +34,9 @@ type Runtime struct {
 	cgParent string
 	rootless bool
 	log      *slog.Logger
+	// kernels is the host directory of precompiled kernel drivers bound
+	// into every sandbox at sandboxKernels; empty when it could not be made.
+	kernels string
 
 	mu   sync.Mutex
 	live map[string]*child // sandboxes this process started and must reap
@@ -85,6 +90,18 @@ func New(opts *Options) (*Runtime, error) {
 			return nil, fmt.Errorf("local runtime: chmod %s: %w", d, err)
 		}
 	}
+	// Without it kernels compile their driver at every start: slower, not
+	// broken, so a failure is a warning.
+	// The sandbox shares the host's /usr, so its python3 is found the same
+	// way here.
+	if py, err := process.LookPath("python3", DefaultPath); err == nil {
+		dir := filepath.Join(r.home, "kernels")
+		if err := kernel.WritePythonModule(dir, py); err != nil {
+			r.log.Warn("kernels will compile their driver at every start", "err", err)
+		} else {
+			r.kernels = dir
+		}
+	}
 	return r, nil
 }
 
@@ -118,6 +135,7 @@ type initConfig struct {
 	Env       map[string]string `json:"env"`
 	Volumes   []mcpbox.Volume   `json:"volumes,omitempty"`
 	Prestart  []string          `json:"prestart,omitempty"`
+	Kernels   string            `json:"kernels,omitempty"` // host directory bound at sandboxKernels
 }
 
 // Create starts a sandbox and returns once its agent answers /health.
@@ -232,7 +250,7 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 	}
 
 	cfg := initConfig{ID: spec.ID, Scratch: dir, DiskBytes: spec.Flavor.DiskBytes,
-		Pids: spec.Flavor.Pids, UID: uid, Env: spec.Env, Volumes: spec.Volumes}
+		Pids: spec.Flavor.Pids, UID: uid, Env: spec.Env, Volumes: spec.Volumes, Kernels: r.kernels}
 	for _, l := range spec.Prestart {
 		cfg.Prestart = append(cfg.Prestart, string(l))
 	}

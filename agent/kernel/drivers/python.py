@@ -202,4 +202,7 @@ def _main():
             _send(type="done")
 
 
-_main()
+# Run as a script (python3 -c SOURCE); imported as a module, the importer
+# calls _main once the import is done.
+if __name__ == "__main__":
+    _main()
