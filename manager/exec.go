@@ -55,6 +55,10 @@ func (m *Manager) conn(ctx context.Context, owner, id string) (*mcpbox.Session, 
 	}
 	m.connMu.Lock()
 	defer m.connMu.Unlock()
+	if _, gone := m.ended[id]; gone {
+		// Stopped here between the read and now.
+		return nil, nil, mcpbox.Errorf(mcpbox.ESESSION, "session %q has stopped", id).WithSuggestion("create a new session")
+	}
 	c := m.conns[id]
 	if c == nil {
 		c = &sessionConn{client: agentclient.New(s.Sandbox.Endpoint), slots: make(chan struct{}, m.opts.MaxConcurrentExecutions)}
@@ -65,13 +69,24 @@ func (m *Manager) conn(ctx context.Context, owner, id string) (*mcpbox.Session, 
 	return s, c, nil
 }
 
+// endedTTL is how long an ended session is remembered against a call
+// that read its record before the end (a store round trip; far less).
+const endedTTL = time.Minute
+
 // dropConn forgets a session's connection when it ends.
 func (m *Manager) dropConn(id string) {
+	now := m.opts.Now()
 	m.connMu.Lock()
 	if c := m.conns[id]; c != nil {
 		c.client.Close()
 		delete(m.conns, id)
 	}
+	for old, at := range m.ended {
+		if now.Sub(at) > endedTTL {
+			delete(m.ended, old)
+		}
+	}
+	m.ended[id] = now
 	m.connMu.Unlock()
 }
 

@@ -74,6 +74,10 @@ type Manager struct {
 
 	connMu sync.Mutex
 	conns  map[string]*sessionConn // by session id
+	// ended holds sessions this manager ended in the last endedTTL, by
+	// when: a call that read the record just before the end must not
+	// bring their connection back.
+	ended map[string]time.Time
 
 	bgMu sync.Mutex
 	bg   map[string]*background // by handle
@@ -98,7 +102,7 @@ func New(ctx context.Context, opts *Options) (*Manager, error) {
 	if o.WarmKernel == nil {
 		o.WarmKernel = WarmPython
 	}
-	m := &Manager{opts: o, flavors: maps.Clone(mcpbox.Flavors), live: map[string]int{}, pending: map[string]int{}, pools: map[string]*pool{}, conns: map[string]*sessionConn{}, bg: map[string]*background{}, subs: map[chan mcpbox.Event]struct{}{}}
+	m := &Manager{opts: o, flavors: maps.Clone(mcpbox.Flavors), live: map[string]int{}, pending: map[string]int{}, pools: map[string]*pool{}, conns: map[string]*sessionConn{}, ended: map[string]time.Time{}, bg: map[string]*background{}, subs: map[chan mcpbox.Event]struct{}{}}
 	for _, v := range o.Volumes {
 		if err := m.checkVolume(v); err != nil {
 			return nil, err
