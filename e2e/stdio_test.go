@@ -104,8 +104,10 @@ func TestStdioClientGone(t *testing.T) {
 	first.call(t, "execute_code", map[string]any{"session_id": id, "code": "x = 42"})
 
 	// A loop that leaves a mark every 10 ms for a minute, then changes x.
-	loop := "import time\nprint('started', flush=True)\nfor i in range(6000):\n" +
-		"    with open('/tmp/ticks', 'a') as f: f.write('.')\n    time.sleep(0.01)\nx = 99\n"
+	// It says it started once the first mark is on disk.
+	loop := "import time\nfor i in range(6000):\n" +
+		"    with open('/tmp/ticks', 'a') as f: f.write('.')\n" +
+		"    if i == 0: print('started', flush=True)\n    time.sleep(0.01)\nx = 99\n"
 	params := &mcp.CallToolParams{Name: "execute_code", Arguments: map[string]any{"session_id": id, "code": loop, "timeout": 120}}
 	params.SetProgressToken("loop")
 	callErr := make(chan error, 1)
