@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 )
 
 // PythonModule is the name the Python driver has when it is imported from
@@ -26,7 +27,11 @@ func WritePythonModule(dir, python string) error {
 		return err
 	}
 	src := filepath.Join(dir, PythonModule+".py")
-	if old, err := os.ReadFile(src); err != nil || !bytes.Equal(old, []byte(pythonDriver)) {
+	old, err := os.ReadFile(src)
+	if err == nil && bytes.Equal(old, []byte(pythonDriver)) && compiled(dir, src, python) {
+		return nil // as an earlier start left it: no interpreter to run
+	}
+	if err != nil || !bytes.Equal(old, []byte(pythonDriver)) {
 		// Rename over the old file: a kernel starting now reads one
 		// version or the other, never half of each.
 		tmp := src + ".tmp"
@@ -44,6 +49,28 @@ func WritePythonModule(dir, python string) error {
 		return fmt.Errorf("compile the Python driver with %s: %v: %s", python, err, out)
 	}
 	return nil
+}
+
+// compiled reports whether src has bytecode for python in dir's
+// __pycache__, at least as new as itself. python's version comes from its
+// file name (python3 -> python3.11: cpython-311); when that says nothing,
+// the answer is no and the caller compiles.
+func compiled(dir, src, python string) bool {
+	real, err := filepath.EvalSymlinks(python)
+	if err != nil {
+		return false
+	}
+	ver, ok := strings.CutPrefix(filepath.Base(real), "python")
+	major, minor, ok2 := strings.Cut(ver, ".")
+	if !ok || !ok2 || major == "" || minor == "" {
+		return false
+	}
+	st, err := os.Stat(src)
+	if err != nil {
+		return false
+	}
+	pt, err := os.Stat(filepath.Join(dir, "__pycache__", PythonModule+".cpython-"+major+minor+".pyc"))
+	return err == nil && !pt.ModTime().Before(st.ModTime())
 }
 
 // pythonArgs is how a Python kernel starts: from the compiled module in

@@ -28,12 +28,17 @@ func TestPythonModule(t *testing.T) {
 	}
 	src := filepath.Join(dir, kernel.PythonModule+".py")
 	before, _ := os.Stat(src)
+	pycBefore, _ := os.Stat(pycs[0])
 	time.Sleep(10 * time.Millisecond)
 	if err := kernel.WritePythonModule(dir, py); err != nil {
 		t.Fatal(err)
 	}
 	if after, _ := os.Stat(src); !after.ModTime().Equal(before.ModTime()) {
 		t.Error("an unchanged driver was written again (its bytecode goes stale)")
+	}
+	// Nor compiled again: the second start runs no interpreter.
+	if after, _ := os.Stat(pycs[0]); !after.ModTime().Equal(pycBefore.ModTime()) {
+		t.Error("fresh bytecode was compiled again")
 	}
 
 	for _, tc := range []struct {
