@@ -90,10 +90,9 @@ func New(opts *Options) (*Runtime, error) {
 			return nil, fmt.Errorf("local runtime: chmod %s: %w", d, err)
 		}
 	}
-	// Without it kernels compile their driver at every start: slower, not
-	// broken, so a failure is a warning.
 	// The sandbox shares the host's /usr, so its python3 is found the same
-	// way here.
+	// way here. Without the precompiled driver kernels compile it at every
+	// start: slower, not broken, so a failure is only a warning.
 	if py, err := process.LookPath("python3", DefaultPath); err == nil {
 		dir := filepath.Join(r.home, "kernels")
 		if err := kernel.WritePythonModule(dir, py); err != nil {
