@@ -3,6 +3,7 @@ package httpserver_test
 import (
 	"bufio"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -47,7 +48,7 @@ func (f *fixture) post(t *testing.T, hdr map[string]string, body string) (int, *
 			}
 		}
 	} else {
-		data, _ = readAll(resp)
+		data, _ = io.ReadAll(resp.Body)
 	}
 	if len(data) == 0 || resp.StatusCode >= 300 {
 		return resp.StatusCode, nil, resp.Header
@@ -57,12 +58,6 @@ func (f *fixture) post(t *testing.T, hdr map[string]string, body string) (int, *
 		t.Fatalf("reply to %s: %v in %q", body, err, data)
 	}
 	return resp.StatusCode, &r, resp.Header
-}
-
-func readAll(resp *http.Response) ([]byte, error) {
-	var b strings.Builder
-	_, err := bufio.NewReader(resp.Body).WriteTo(&b)
-	return []byte(b.String()), err
 }
 
 // TestSpecRevisions drives /mcp by hand at each stateful revision of the

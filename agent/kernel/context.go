@@ -81,7 +81,7 @@ func (c *kctx) start() (*kernelProc, error) {
 	}
 	args := drv.args
 	if c.Language == "python" {
-		args = pythonArgs(c.m.opts.ModuleDir)
+		args = c.m.pythonArgs
 	}
 	child, err := reaper.Start(path, append([]string{drv.program}, args...), &os.ProcAttr{
 		Dir: c.Cwd, Env: env, Files: []*os.File{devnull, outW, errW, reqR, evW}, Sys: sys,

@@ -62,7 +62,8 @@ type driver struct {
 }
 
 var drivers = map[string]driver{
-	"python": {program: "python3", args: []string{"-u", "-c", pythonDriver},
+	// Python's args depend on Options.ModuleDir: see pythonArgs.
+	"python": {program: "python3",
 		env: map[string]string{"MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1"}, encode: encodeJSON},
 	"javascript": {program: "node", args: []string{"-e", javascriptDriver}, encode: encodeJSON},
 	"shell":      {program: "bash", args: []string{"--noprofile", "--norc", "-c", shellDriver}, encode: encodeShell},
@@ -119,6 +120,10 @@ type Manager struct {
 	opts Options
 	log  *slog.Logger
 
+	// pythonArgs is how this manager starts Python kernels (ModuleDir's
+	// contents do not change while it runs).
+	pythonArgs []string
+
 	mu       sync.Mutex
 	contexts map[string]*kctx
 	defaults map[string]*kctx // by language
@@ -136,6 +141,7 @@ func New(opts *Options) *Manager {
 	if m.opts.Home == "" {
 		m.opts.Home = "/"
 	}
+	m.pythonArgs = pythonArgs(m.opts.ModuleDir)
 	m.log = m.opts.Logger
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
