@@ -81,7 +81,7 @@ func (m *Manager) Touch(ctx context.Context, owner, id string) (*mcpbox.Session,
 	now := m.opts.Now().UTC()
 	// A use within a second of the recorded one changes no deadline that
 	// matters; skipping the write takes a store round trip off every call.
-	if now.Sub(s.LastUsed) < time.Second {
+	if now.Sub(s.LastUsed) < recordTTL {
 		return s, nil
 	}
 	s.LastUsed = now
