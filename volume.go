@@ -10,6 +10,11 @@ type Volume struct {
 	HostPath    string `json:"host_path"`
 	SandboxPath string `json:"sandbox_path"`
 	ReadOnly    bool   `json:"read_only,omitempty"`
+	// Root is the allow-listed host directory HostPath lies beneath,
+	// filled in by the manager once it has checked the mapping. A runtime
+	// opens HostPath beneath Root without following symlinks, so a link
+	// swapped in after the check cannot redirect the bind.
+	Root string `json:"root,omitempty"`
 }
 
 // String is the mapping as written in config: host:sandbox[:ro].
