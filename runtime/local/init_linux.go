@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mcpbox/mcpbox"
 	"github.com/mcpbox/mcpbox/agent"
 	"github.com/mcpbox/mcpbox/agent/reaper"
 	"github.com/mcpbox/mcpbox/internal/linux/seccomp"
@@ -24,6 +25,19 @@ const (
 	fdConfig   = 4
 	fdReady    = 5
 )
+
+// initConfig is what the host sends the sandbox's PID 1 on fd 4.
+type initConfig struct {
+	ID        string            `json:"id"`
+	Scratch   string            `json:"scratch"` // host path the sandbox's tmpfs is mounted on
+	DiskBytes int64             `json:"disk_bytes"`
+	Pids      int64             `json:"pids"`
+	UID       int               `json:"uid"` // user code's uid (and gid) inside
+	Env       map[string]string `json:"env"`
+	Volumes   []mcpbox.Volume   `json:"volumes,omitempty"`
+	Prestart  []string          `json:"prestart,omitempty"`
+	Kernels   string            `json:"kernels,omitempty"` // host directory bound at sandboxKernels
+}
 
 // InitMain runs as PID 1 of a new sandbox: it builds the sandbox, reports
 // ready on fd 5 and serves the agent until told to stop. It never returns.

@@ -124,19 +124,6 @@ type state struct {
 	StartTime uint64 `json:"start_time"`
 }
 
-// initConfig is what the host sends the sandbox's PID 1 on fd 4.
-type initConfig struct {
-	ID        string            `json:"id"`
-	Scratch   string            `json:"scratch"` // host path the sandbox's tmpfs is mounted on
-	DiskBytes int64             `json:"disk_bytes"`
-	Pids      int64             `json:"pids"`
-	UID       int               `json:"uid"` // user code's uid (and gid) inside
-	Env       map[string]string `json:"env"`
-	Volumes   []mcpbox.Volume   `json:"volumes,omitempty"`
-	Prestart  []string          `json:"prestart,omitempty"`
-	Kernels   string            `json:"kernels,omitempty"` // host directory bound at sandboxKernels
-}
-
 // Create starts a sandbox and returns once its agent answers /health.
 func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbox.Sandbox, err error) {
 	if err := mcpbox.ValidateID(spec.ID); err != nil {
