@@ -10,9 +10,11 @@
 // relatives, keyrings, BPF, modules, kexec, io_uring, userfaultfd,
 // perf_event_open and host-global clocks, swap and accounting. Denied calls
 // fail with EPERM, so programs see the same answer an unprivileged user
-// gets. Two calls are special: clone is denied only when it asks for a new
-// namespace, and clone3 fails with ENOSYS, because its flags live in memory
-// the filter cannot read and ENOSYS makes glibc fall back to clone.
+// gets. Three calls are special: clone is denied only when it asks for a
+// new namespace; socket and socketpair only for families outside
+// [allowedSocketFamilies] (AF_VSOCK, for one, is not namespaced and reaches
+// the hypervisor); and clone3 fails with ENOSYS, because its flags live in
+// memory the filter cannot read and ENOSYS makes glibc fall back to clone.
 //
 // The filter is written for x86_64. A syscall made through another ABI (the
 // i386 int 0x80 gate or the x32 bit) would reach different syscall numbers,
@@ -28,7 +30,9 @@ var denied = []string{
 	"mount", "umount2", "pivot_root", "chroot",
 	"move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
 	// Reading or writing another process: ptrace and what has its power.
-	"ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "process_madvise",
+	// kcmp compares kernel objects across processes (Docker gates it on
+	// CAP_SYS_PTRACE too).
+	"ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "process_madvise", "kcmp",
 	// Kernel keyrings are not namespaced.
 	"keyctl", "add_key", "request_key",
 	// Large attack surfaces with a record of escapes.
@@ -53,6 +57,9 @@ const (
 	// personality is allowed only for the values that change nothing
 	// dangerous (see allowedPersonas).
 	personalityName = "personality"
+	// socket and socketpair are denied for families outside
+	// allowedSocketFamilies.
+	socketName, socketpairName = "socket", "socketpair"
 	// clone3 fails with ENOSYS: its flags are behind a pointer.
 	clone3Name = "clone3"
 	// open_tree_attr (Linux 6.15) is open_tree with mount attributes; the
@@ -67,12 +74,24 @@ const (
 // the process's own defences and is denied.
 var allowedPersonas = []uint64{0x0, 0x8, 0xffffffff}
 
+// allowedSocketFamilies are the address families a sandbox may open
+// sockets in: AF_UNIX (1), AF_INET (2), AF_INET6 (10) on its own loopback,
+// and AF_NETLINK (16) for ip(8) and getifaddrs(3). The values are the same
+// on every Linux architecture. Everything else fails with EPERM, as
+// AF_VSOCK does under Docker's default profile: AF_VSOCK talks to the
+// hypervisor past every namespace, AF_PACKET, AF_XDP and AF_ALG are large
+// attack surfaces, and Bluetooth, CAN, TIPC, RDS and the rest have no use in
+// a sandbox with no devices and only lo.
+var allowedSocketFamilies = []uint32{1, 2, 10, 16}
+
 // Denied returns the names of the syscalls the sandbox policy denies,
 // sorted, for `mcpbox doctor` and the docs. clone is in the list although
-// it is denied only with namespace flags, personality although queries
-// pass, and clone3 although it fails with ENOSYS rather than EPERM.
+// it is denied only with namespace flags, socket and socketpair although
+// four families pass, personality although queries pass, and clone3
+// although it fails with ENOSYS rather than EPERM.
 func Denied() []string {
-	names := append(slices.Clone(denied), cloneName, personalityName, clone3Name, openTreeAttrName)
+	names := append(slices.Clone(denied), cloneName, personalityName, clone3Name, openTreeAttrName,
+		socketName, socketpairName)
 	slices.Sort(names)
 	return names
 }

@@ -27,6 +27,8 @@ const x32SyscallBit = 0x40000000
 const (
 	offsetNr   = 0
 	offsetArch = 4
+	// offsetArg0Lo is the low word of args[0] on a little-endian machine.
+	offsetArg0Lo = 16
 )
 
 const (
@@ -149,12 +151,13 @@ func policy() *seccompbpf.Policy {
 //   - It answers clone3 with ENOSYS: the library's errno action is always
 //     EPERM, and EPERM would not make glibc fall back to clone.
 //   - It denies syscalls missing from the library's table by number.
+//   - It restricts the socket families (see socketFamilies).
 //
 // x32 calls (nr with bit 30 set) get ENOSYS, as on a kernel without x32;
 // the library checks the same, but only after its own arch test, so the
 // guard keeps the whole ABI story in one place.
 func guard() []bpf.Instruction {
-	return []bpf.Instruction{
+	abi := []bpf.Instruction{
 		bpf.LoadAbsolute{Off: offsetArch, Size: 4},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AUDIT_ARCH_X86_64, SkipTrue: 1},
 		bpf.RetConstant{Val: unix.SECCOMP_RET_KILL_PROCESS},
@@ -165,6 +168,26 @@ func guard() []bpf.Instruction {
 		bpf.Jump{Skip: 2},
 		bpf.RetConstant{Val: retENOSYS},
 		bpf.RetConstant{Val: retEPERM},
-		// The library's program follows and starts by reloading the arch.
 	}
+	// The library's program follows and starts by reloading the arch.
+	return append(abi, socketFamilies()...)
+}
+
+// socketFamilies denies socket and socketpair outside
+// allowedSocketFamilies; the syscall number is in A on entry and every
+// other call falls through. It compares the low word of the family only:
+// the kernel reads an int, and the library's conditions compare all 64
+// bits, so junk in the high word would deny an allowed family there.
+func socketFamilies() []bpf.Instruction {
+	n := len(allowedSocketFamilies)
+	insts := []bpf.Instruction{
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_SOCKET, SkipTrue: 1},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.SYS_SOCKETPAIR, SkipTrue: uint8(n + 2)},
+		bpf.LoadAbsolute{Off: offsetArg0Lo, Size: 4},
+	}
+	for i, family := range allowedSocketFamilies {
+		// A match skips the remaining comparisons and the return.
+		insts = append(insts, bpf.JumpIf{Cond: bpf.JumpEqual, Val: family, SkipTrue: uint8(n - i)})
+	}
+	return append(insts, bpf.RetConstant{Val: retEPERM})
 }

@@ -49,7 +49,8 @@ func TestDenied(t *testing.T) {
 	if c := slices.Compact(slices.Clone(got)); len(c) != len(got) {
 		t.Errorf("Denied() has duplicates: %v", got)
 	}
-	for _, name := range []string{"ptrace", "mount", "unshare", "setns", "keyctl", "bpf", "clone", "clone3", "io_uring_setup", "personality"} {
+	for _, name := range []string{"ptrace", "mount", "unshare", "setns", "keyctl", "bpf", "clone", "clone3", "io_uring_setup", "personality",
+		"socket", "socketpair", "kcmp", "userfaultfd", "perf_event_open", "kexec_load", "finit_module", "open_by_handle_at"} {
 		if !slices.Contains(got, name) {
 			t.Errorf("Denied() lacks %s", name)
 		}
@@ -118,6 +119,41 @@ func TestProgram(t *testing.T) {
 		{name: "i386 read", arch: unix.AUDIT_ARCH_I386, nr: 3, want: kill},
 		{name: "aarch64 read", arch: unix.AUDIT_ARCH_AARCH64, nr: 63, want: kill},
 	}
+	for _, fam := range []struct {
+		name   string
+		family uint64
+		want   uint32
+	}{
+		{"AF_UNIX", unix.AF_UNIX, allow},
+		{"AF_INET", unix.AF_INET, allow},
+		{"AF_INET6", unix.AF_INET6, allow},
+		{"AF_NETLINK", unix.AF_NETLINK, allow},
+		{"AF_UNSPEC", unix.AF_UNSPEC, retEPERM},
+		{"AF_VSOCK", unix.AF_VSOCK, retEPERM},
+		{"AF_PACKET", unix.AF_PACKET, retEPERM},
+		{"AF_KEY", unix.AF_KEY, retEPERM},
+		{"AF_BLUETOOTH", unix.AF_BLUETOOTH, retEPERM},
+		{"AF_ALG", unix.AF_ALG, retEPERM},
+		{"AF_XDP", unix.AF_XDP, retEPERM},
+		{"AF_TIPC", unix.AF_TIPC, retEPERM},
+		{"AF_RDS", unix.AF_RDS, retEPERM},
+		{"AF_CAN", unix.AF_CAN, retEPERM},
+		{"AF_MAX", unix.AF_MAX, retEPERM},
+		// The kernel reads the family as an int, so the filter looks only
+		// at the low word: junk above it neither smuggles a family in nor
+		// denies an allowed one.
+		{"AF_UNIX high bits", 0xdead0000_00000000 | unix.AF_UNIX, allow},
+		{"AF_VSOCK high bits", 0x00000001_00000000 | unix.AF_VSOCK, retEPERM},
+		{"AF_INET in high word", uint64(unix.AF_INET) << 32, retEPERM},
+	} {
+		tests = append(tests,
+			call{name: "socket " + fam.name, arch: x86, nr: unix.SYS_SOCKET, args: [6]uint64{fam.family, unix.SOCK_STREAM}, want: fam.want},
+			call{name: "socketpair " + fam.name, arch: x86, nr: unix.SYS_SOCKETPAIR, args: [6]uint64{fam.family, unix.SOCK_STREAM}, want: fam.want})
+	}
+	// Neighbours of socket in the table are untouched by its check.
+	tests = append(tests,
+		call{name: "connect", arch: x86, nr: unix.SYS_CONNECT, args: [6]uint64{unix.AF_VSOCK}, want: allow},
+		call{name: "bind", arch: x86, nr: unix.SYS_BIND, args: [6]uint64{unix.AF_PACKET}, want: allow})
 	for _, flag := range []struct {
 		name string
 		bit  uint64
@@ -175,7 +211,7 @@ var sysnum = map[string]uint32{
 	"fsconfig": unix.SYS_FSCONFIG, "fsmount": unix.SYS_FSMOUNT, "fspick": unix.SYS_FSPICK,
 	"mount_setattr": unix.SYS_MOUNT_SETATTR, "ptrace": unix.SYS_PTRACE,
 	"process_vm_readv": unix.SYS_PROCESS_VM_READV, "process_vm_writev": unix.SYS_PROCESS_VM_WRITEV,
-	"pidfd_getfd": unix.SYS_PIDFD_GETFD, "process_madvise": unix.SYS_PROCESS_MADVISE,
+	"pidfd_getfd": unix.SYS_PIDFD_GETFD, "process_madvise": unix.SYS_PROCESS_MADVISE, "kcmp": unix.SYS_KCMP,
 	"keyctl": unix.SYS_KEYCTL, "add_key": unix.SYS_ADD_KEY, "request_key": unix.SYS_REQUEST_KEY,
 	"bpf": unix.SYS_BPF, "userfaultfd": unix.SYS_USERFAULTFD, "perf_event_open": unix.SYS_PERF_EVENT_OPEN,
 	"io_uring_setup": unix.SYS_IO_URING_SETUP, "io_uring_enter": unix.SYS_IO_URING_ENTER,
@@ -220,7 +256,38 @@ func TestInstall(t *testing.T) {
 		{"open_tree_attr", "EPERM"},
 		{"clone(CLONE_NEWNS)", "EPERM"},
 		{"clone(CLONE_NEWUSER)", "EPERM"},
+		{"clone(CLONE_NEWPID)", "EPERM"},
+		{"clone(CLONE_NEWNET)", "EPERM"},
+		{"clone(CLONE_NEWUTS)", "EPERM"},
+		{"clone(CLONE_NEWIPC)", "EPERM"},
+		{"clone(CLONE_NEWCGROUP)", "EPERM"},
 		{"clone3", "ENOSYS"},
+		{"request_key", "EPERM"},
+		{"userfaultfd", "EPERM"},
+		{"io_uring_enter", "EPERM"},
+		{"io_uring_register", "EPERM"},
+		{"kexec_load", "EPERM"},
+		{"kexec_file_load", "EPERM"},
+		{"init_module", "EPERM"},
+		{"finit_module", "EPERM"},
+		{"delete_module", "EPERM"},
+		{"open_by_handle_at", "EPERM"},
+		{"name_to_handle_at", "EPERM"},
+		{"process_vm_readv", "EPERM"},
+		{"process_vm_writev", "EPERM"},
+		{"kcmp", "EPERM"},
+		{"pivot_root", "EPERM"},
+		{"socket(AF_UNIX)", "ok"},
+		{"socket(AF_INET)", "ok"},
+		{"socket(AF_INET6)", "ok"},
+		{"socket(AF_NETLINK)", "ok"},
+		{"socket(AF_VSOCK)", "EPERM"},
+		{"socket(AF_PACKET)", "EPERM"},
+		{"socket(AF_KEY)", "EPERM"},
+		{"socket(AF_ALG)", "EPERM"},
+		{"socket(AF_BLUETOOTH)", "EPERM"},
+		{"socketpair(AF_UNIX)", "ok"},
+		{"socketpair(AF_VSOCK)", "EPERM"},
 		{"x32 unshare", "ENOSYS"},
 		{"personality(ADDR_NO_RANDOMIZE)", "EPERM"},
 		{"personality(query)", "ok"},
@@ -301,7 +368,20 @@ func probeFiltered() int {
 	// shares fs info (CLONE_FS) with EINVAL, so unfiltered these do not fork.
 	raw("clone(CLONE_NEWNS)", unix.SYS_CLONE, unix.CLONE_NEWNS|unix.CLONE_FS, 0, 0, 0, 0)
 	raw("clone(CLONE_NEWUSER)", unix.SYS_CLONE, unix.CLONE_NEWUSER|unix.CLONE_FS, 0, 0, 0, 0)
+	// CLONE_THREAD without CLONE_SIGHAND is EINVAL before any namespace
+	// is made, so unfiltered these do not fork either.
+	for _, ns := range []struct {
+		name string
+		flag uintptr
+	}{
+		{"NEWPID", unix.CLONE_NEWPID}, {"NEWNET", unix.CLONE_NEWNET}, {"NEWUTS", unix.CLONE_NEWUTS},
+		{"NEWIPC", unix.CLONE_NEWIPC}, {"NEWCGROUP", unix.CLONE_NEWCGROUP},
+	} {
+		raw("clone(CLONE_"+ns.name+")", unix.SYS_CLONE, ns.flag|unix.CLONE_THREAD, 0, 0, 0, 0)
+	}
 	raw("clone3", unix.SYS_CLONE3, 0, 0) // EINVAL unfiltered: size 0
+	probeGaps(raw)
+	probeSockets(results)
 	raw("x32 unshare", x32SyscallBit|unix.SYS_UNSHARE, unix.CLONE_NEWUSER)
 	raw("personality(ADDR_NO_RANDOMIZE)", unix.SYS_PERSONALITY, addrNoRandomize)
 	raw("personality(query)", unix.SYS_PERSONALITY, 0xffffffff)
@@ -320,6 +400,81 @@ func probeFiltered() int {
 	raw("ptrace(PTRACE_TRACEME)", unix.SYS_PTRACE, unix.PTRACE_TRACEME)
 	json.NewEncoder(os.Stdout).Encode(results)
 	return 0
+}
+
+// probeGaps tries the denied calls that need root to tell the filter's
+// EPERM from the kernel's: run as root, each fails unfiltered with another
+// errno (a bad flag, fd or pointer) and changes nothing. TestProgram
+// covers them without root.
+func probeGaps(raw func(name string, trap uintptr, args ...uintptr)) {
+	const badFlag = 0x8000 // no kexec, userfaultfd or process_vm flag has it
+	self := uintptr(os.Getpid())
+	root, cwd := cstr("/"), unix.AT_FDCWD
+	raw("request_key", unix.SYS_REQUEST_KEY, 0, 0, 0, 0) // EFAULT
+	raw("userfaultfd", unix.SYS_USERFAULTFD, 1 /* UFFD_USER_MODE_ONLY */ |badFlag)
+	raw("io_uring_enter", unix.SYS_IO_URING_ENTER, ^uintptr(0), 0, 0, 0, 0, 0) // EBADF
+	raw("io_uring_register", unix.SYS_IO_URING_REGISTER, ^uintptr(0), 0, 0, 0)
+	raw("kexec_load", unix.SYS_KEXEC_LOAD, 0, 0, 0, badFlag)
+	raw("kexec_file_load", unix.SYS_KEXEC_FILE_LOAD, ^uintptr(0), ^uintptr(0), 0, 0, badFlag)
+	raw("init_module", unix.SYS_INIT_MODULE, 0, 0, 0)             // ENOEXEC: shorter than an ELF header
+	raw("finit_module", unix.SYS_FINIT_MODULE, ^uintptr(0), 0, 0) // EBADF
+	raw("delete_module", unix.SYS_DELETE_MODULE, 0, 0)            // EFAULT
+	raw("open_by_handle_at", unix.SYS_OPEN_BY_HANDLE_AT, ^uintptr(0), 0, 0)
+	raw("name_to_handle_at", unix.SYS_NAME_TO_HANDLE_AT, uintptr(cwd), root, 0, 0, 0xffff0000)
+	raw("process_vm_readv", unix.SYS_PROCESS_VM_READV, self, 0, 0, 0, 0, 1) // EINVAL: flags
+	raw("process_vm_writev", unix.SYS_PROCESS_VM_WRITEV, self, 0, 0, 0, 0, 1)
+	raw("kcmp", unix.SYS_KCMP, self, self, 0 /* KCMP_FILE */, 0, 0) // 0 unfiltered: the same file
+	nowhere := cstr("/nonexistent-mcpbox-seccomp-test")
+	raw("pivot_root", unix.SYS_PIVOT_ROOT, nowhere, nowhere) // ENOENT
+}
+
+// probeSockets makes a socket of each family the sandbox may use and tries
+// families it may not. Unfiltered (as root) the denied ones succeed or fail
+// with EAFNOSUPPORT when their module is missing, never with EPERM.
+func probeSockets(results map[string]string) {
+	for _, p := range []struct {
+		name            string
+		family, typ, pr int
+	}{
+		{"AF_UNIX", unix.AF_UNIX, unix.SOCK_STREAM, 0},
+		{"AF_INET", unix.AF_INET, unix.SOCK_DGRAM, 0},
+		{"AF_INET6", unix.AF_INET6, unix.SOCK_DGRAM, 0},
+		{"AF_NETLINK", unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE}, // what ip(8) opens
+		{"AF_VSOCK", unix.AF_VSOCK, unix.SOCK_STREAM, 0},
+		{"AF_PACKET", unix.AF_PACKET, unix.SOCK_RAW, 0},
+		{"AF_KEY", unix.AF_KEY, unix.SOCK_RAW, 2 /* PF_KEY_V2 */},
+		{"AF_ALG", unix.AF_ALG, unix.SOCK_SEQPACKET, 0},
+		{"AF_BLUETOOTH", unix.AF_BLUETOOTH, unix.SOCK_RAW, 1 /* BTPROTO_HCI */},
+	} {
+		name := "socket(" + p.name + ")"
+		fd, err := unix.Socket(p.family, p.typ|unix.SOCK_CLOEXEC, p.pr)
+		if err == nil {
+			unix.Close(fd)
+		}
+		results[name] = errnoString(errnoOf(err))
+		if p.family == unix.AF_INET6 && errors.Is(err, unix.EAFNOSUPPORT) {
+			os.Stderr.WriteString("IPv6 is disabled on this host: the AF_INET6 probe is skipped\n")
+			results[name] = "skip"
+		}
+	}
+	for _, p := range []struct {
+		name   string
+		family int
+	}{{"AF_UNIX", unix.AF_UNIX}, {"AF_VSOCK", unix.AF_VSOCK}} {
+		fds, err := unix.Socketpair(p.family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err == nil {
+			unix.Close(fds[0])
+			unix.Close(fds[1])
+		}
+		results["socketpair("+p.name+")"] = errnoString(errnoOf(err))
+	}
+}
+
+// errnoOf is err's errno, 0 for nil.
+func errnoOf(err error) syscall.Errno {
+	var errno syscall.Errno
+	errors.As(err, &errno)
+	return errno
 }
 
 func errnoString(errno syscall.Errno) string {
