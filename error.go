@@ -19,6 +19,9 @@ const (
 	EUNAUTH      = "UNAUTHENTICATED"
 	EUNSUPPORTED = "NOT_SUPPORTED"
 	EUNAVAILABLE = "UNAVAILABLE"
+	// ECONFLICT is a compare-and-swap that lost: the record changed since
+	// it was read. Read it again and retry, or give up.
+	ECONFLICT = "CONFLICT"
 	EINTERNAL    = "INTERNAL"
 )
 

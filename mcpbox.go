@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"net"
 	"regexp"
 	"sort"
 	"strings"
@@ -134,59 +135,72 @@ func ValidateID(id string) error {
 	return nil
 }
 
-// Endpoint says how to reach a sandbox's agent: a Unix socket locally, TCP
-// on Kubernetes.
-type Endpoint struct {
-	Network string `json:"network"` // "unix" or "tcp"
-	Address string `json:"address"`
-}
-
 // SandboxSpec is what a runtime needs to create a sandbox.
 type SandboxSpec struct {
 	// ID names the sandbox; see ValidateID.
 	ID     string
 	Flavor Flavor
+	// Template names the root filesystem the sandbox starts from; "" is
+	// the host template (read-only binds of the host's /usr).
+	Template string
 	// Env is added to every process's environment, over the defaults
 	// (PATH, HOME, LANG, TERM). Nothing from the host leaks in.
 	Env map[string]string
 	// Volumes are host directories bound into the sandbox; the caller has
-	// already checked them against its allow-list.
+	// already checked them against its allow-list and set their Root.
 	Volumes []Volume
+	// Network is the sandbox's egress policy; nil means no network.
+	Network *NetworkPolicy
 	// Prestart names languages whose kernel starts with the sandbox, while
 	// the rest of it is still being set up, so that the first execution
 	// does not wait for an interpreter to boot.
 	Prestart []Language
 }
 
-// Sandbox describes a live sandbox.
-type Sandbox struct {
-	ID       string    `json:"id"`
-	Flavor   Flavor    `json:"flavor"`
-	Created  time.Time `json:"created"`
-	Endpoint Endpoint  `json:"endpoint"`
-	// PID is the agent's process id as the host sees it (0 when unknown).
-	PID int `json:"pid,omitempty"`
-	// Rootless is true when the sandbox runs without cgroup limits because
-	// mcpbox is not root.
-	Rootless bool `json:"rootless,omitempty"`
+// NetworkPolicy says which outside hosts a sandbox may reach. The zero
+// value reaches nothing.
+type NetworkPolicy struct {
+	// Public allows any public address, less Deny.
+	Public bool `json:"public,omitempty"`
+	// Allow lists domain patterns ("pypi.org", "*.githubusercontent.com")
+	// and addresses the sandbox may reach.
+	Allow []string `json:"allow,omitempty"`
+	// Deny lists patterns refused even when Allow or Public would admit them.
+	Deny []string `json:"deny,omitempty"`
 }
 
-// Runtime creates and destroys sandboxes. The local backend (namespaces,
-// cgroups, seccomp) and the Kubernetes backend implement it; the same agent
-// runs inside both.
+// Sandbox describes a sandbox as its runtime sees it. What only one
+// backend knows (a host pid, a socket path) stays inside that backend.
+type Sandbox struct {
+	ID      string    `json:"id"`
+	Flavor  Flavor    `json:"flavor"`
+	Created time.Time `json:"created"`
+	// Alive is set by Runtime.List: false when the sandbox's agent is
+	// gone and only its leftovers remain for Destroy.
+	Alive bool `json:"-"`
+}
+
+// Runtime creates and destroys sandboxes and connects to their agents.
+// The local backend (namespaces, cgroups, seccomp) and the Kubernetes
+// backend implement it; the same agent runs inside both.
 type Runtime interface {
 	// Create starts a sandbox and returns once its agent answers.
 	Create(ctx context.Context, spec SandboxSpec) (*Sandbox, error)
 	// Destroy kills every process in the sandbox and removes all it left
 	// behind. Destroying a sandbox that is already gone is not an error.
 	Destroy(ctx context.Context, id string) error
-	// List returns the sandboxes this runtime knows about.
+	// List returns the sandboxes this runtime knows about, live or not
+	// (see Sandbox.Alive), including ones an earlier process started.
 	List(ctx context.Context) ([]*Sandbox, error)
+	// Dial opens a connection to the sandbox's agent, whatever the
+	// transport: HTTP (h2c or HTTP/1.1) is spoken over it. Any process
+	// sharing the runtime's state may dial any of its sandboxes.
+	Dial(ctx context.Context, id string) (net.Conn, error)
 }
 
 // String implements fmt.Stringer for log lines.
 func (s *Sandbox) String() string {
-	return fmt.Sprintf("sandbox %s (%s, %s %s)", s.ID, s.Flavor.Name, s.Endpoint.Network, s.Endpoint.Address)
+	return fmt.Sprintf("sandbox %s (%s)", s.ID, s.Flavor.Name)
 }
 
 // NewID returns a fresh random id: 20 lowercase letters and digits, which

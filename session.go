@@ -11,13 +11,28 @@ const LocalOwner = "local"
 // SessionState is where a session is in its life.
 type SessionState string
 
-// Session states.
+// Session states. A record exists for every sandbox from the moment it is
+// being made: pooled, creating, running and stopping records hold a
+// sandbox (see LiveStates); stopped and expired ones are history.
 const (
+	// SessionPooled is a warm sandbox with no owner yet, waiting in a pool.
+	SessionPooled   SessionState = "pooled"
 	SessionCreating SessionState = "creating"
 	SessionRunning  SessionState = "running"
+	// SessionStopping is a sandbox being destroyed.
+	SessionStopping SessionState = "stopping"
 	SessionStopped  SessionState = "stopped"
 	SessionExpired  SessionState = "expired"
 )
+
+// LiveStates are the states in which a record holds a sandbox: what limits
+// count and what recovery looks after.
+var LiveStates = []SessionState{SessionPooled, SessionCreating, SessionRunning, SessionStopping}
+
+// Live reports whether the state holds a sandbox.
+func (st SessionState) Live() bool {
+	return st == SessionPooled || st == SessionCreating || st == SessionRunning || st == SessionStopping
+}
 
 // Session is what agents hold on to: one sandbox plus its kernels, owned
 // by one tenant. Records outlive the mcpbox process (see Store).
@@ -39,8 +54,16 @@ type Session struct {
 	// IdleTimeout ends the session after this long without use.
 	IdleTimeout time.Duration `json:"idle_timeout"`
 
-	// Sandbox is the runtime's view: where the agent answers.
+	// Sandbox is the runtime's view of the session's sandbox.
 	Sandbox *Sandbox `json:"sandbox,omitempty"`
+
+	// Holder names the mcpbox process that looks after the sandbox (its
+	// lease is "process/<Holder>" in the store). When that lease expires,
+	// another process takes the record over or cleans it up.
+	Holder string `json:"holder,omitempty"`
+	// Revision is the store's version of the record: UpdateSession writes
+	// only when it is unchanged since the record was read, then bumps it.
+	Revision int64 `json:"revision"`
 }
 
 // Deadline is when the session ends unless used again: the earlier of its
@@ -87,17 +110,47 @@ func (f SessionFilter) Match(s *Session) bool {
 	return true
 }
 
-// Store keeps session records. The SQLite store keeps them across restarts;
-// the memory store is for tests and --ephemeral.
+// Admission is what a new live record may not push past: the limits the
+// store checks in the same step that writes the record, so they hold across
+// every process sharing it. Zero fields are unchecked.
+type Admission struct {
+	// MaxTotal caps live records (any owner, pools included).
+	MaxTotal int
+	// MaxPerOwner caps the live records of the record's owner.
+	MaxPerOwner int
+}
+
+// Store keeps session records and leases. Several mcpbox processes may
+// share one (a SQLite file in one home; later, a cluster), so records are
+// never blindly replaced: every update is a compare-and-swap on Revision.
 type Store interface {
-	// PutSession creates or replaces a record.
-	PutSession(ctx context.Context, s *Session) error
+	// CreateSession inserts a new record at revision 1 and sets
+	// s.Revision. It fails with ELIMIT, leaving nothing written, when a
+	// live record would break lim, and with ECONFLICT when the id exists.
+	CreateSession(ctx context.Context, s *Session, lim Admission) error
+	// UpdateSession replaces the record when its stored revision is still
+	// s.Revision and sets s.Revision to the new one; otherwise it fails
+	// with ECONFLICT (or ESESSION when the record is gone) and writes
+	// nothing. When lim is not nil and s is live, lim is checked as for
+	// CreateSession, counting s under its new owner once.
+	UpdateSession(ctx context.Context, s *Session, lim *Admission) error
 	// GetSession returns a record, or an Error with code ESESSION.
 	GetSession(ctx context.Context, id string) (*Session, error)
 	// ListSessions returns the records f matches, oldest first.
 	ListSessions(ctx context.Context, f SessionFilter) ([]*Session, error)
 	// DeleteSession removes a record; a missing one is not an error.
 	DeleteSession(ctx context.Context, id string) error
+
+	// AcquireLease takes the named lease for holder until ttl from now,
+	// when it is free, expired or already holder's (which renews it), and
+	// reports whether holder has it.
+	AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (bool, error)
+	// ReleaseLease gives up holder's lease; one held by another is left.
+	ReleaseLease(ctx context.Context, name, holder string) error
+	// Lease returns the named lease's holder and expiry; an unknown lease
+	// has holder "".
+	Lease(ctx context.Context, name string) (holder string, expires time.Time, err error)
+
 	// Close releases the store.
 	Close() error
 }
@@ -125,4 +178,27 @@ type Event struct {
 func SessionNotFound(id string) *Error {
 	return Errorf(ESESSION, "session %q not found", id).
 		WithSuggestion("list your sessions with get_sessions, or create one")
+}
+
+// CheckAdmission applies lim to a new live record of owner, given how many
+// live records exist in total and for owner (not counting the new one).
+// Stores call it in the same step as their write.
+func CheckAdmission(lim Admission, owner string, total, ofOwner int) error {
+	if lim.MaxPerOwner > 0 && owner != "" && ofOwner >= lim.MaxPerOwner {
+		return Errorf(ELIMIT, "owner %q has its maximum of %d sessions", owner, lim.MaxPerOwner).
+			With("limit", lim.MaxPerOwner).With("current", ofOwner).
+			WithSuggestion("stop one of your sessions (stop_session) or reuse one by its session_id")
+	}
+	if lim.MaxTotal > 0 && total >= lim.MaxTotal {
+		return Errorf(ELIMIT, "the server runs its maximum of %d sessions", lim.MaxTotal).
+			With("limit", lim.MaxTotal).With("current", total).
+			WithSuggestion("stop a session you no longer need, or try again later")
+	}
+	return nil
+}
+
+// Conflict is the error of a compare-and-swap that lost.
+func Conflict(id string, had, now int64) *Error {
+	return Errorf(ECONFLICT, "session %q changed meanwhile (revision %d, now %d)", id, had, now).
+		WithSuggestion("read the session again and retry")
 }

@@ -1,6 +1,8 @@
 // Package agentclient is the host side's typed client of the in-sandbox
 // agent: the generated Connect clients for process and filesystem, plus the
-// plain HTTP routes (/health, /files), over a Unix socket or TCP.
+// plain HTTP routes (/health, /files, /execute, /contexts and mcpbox's own
+// /mcpbox/v1 routes), over any http.RoundTripper — in practice the
+// session manager's door, built on mcpbox.Runtime.Dial.
 package agentclient
 
 import (
@@ -28,32 +30,40 @@ type Client struct {
 	Filesystem filesystempbconnect.FilesystemClient
 
 	http *http.Client
-	base string
 }
 
-// New returns a client of the agent at ep. Connect options (a codec, say)
-// apply to both services; the default is the binary codec over h2c.
-func New(ep mcpbox.Endpoint, opts ...connect.ClientOption) *Client {
+// base is the URL every request goes to: the transport's connections
+// already lead to one agent, so the host name only fills the slot.
+const base = "http://agent"
+
+// NewTransport returns an HTTP transport whose every connection comes from
+// dial: h2c when the agent offers it (one connection carries every call),
+// HTTP/1.1 otherwise.
+func NewTransport(dial func(ctx context.Context) (net.Conn, error)) *http.Transport {
 	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, ep.Network, ep.Address)
-		},
+		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
 		MaxIdleConnsPerHost: 16,
 	}
 	tr.Protocols = new(http.Protocols)
 	tr.Protocols.SetUnencryptedHTTP2(true)
-	hc := &http.Client{Transport: tr}
-	base := "http://agent"
-	if ep.Network == "tcp" {
-		base = "http://" + ep.Address
-	}
+	return tr
+}
+
+// New returns a client of the agent rt leads to. Connect options (a
+// codec, say) apply to both services; the default is the binary codec.
+func New(rt http.RoundTripper, opts ...connect.ClientOption) *Client {
+	hc := &http.Client{Transport: rt}
 	return &Client{
 		Process:    processpbconnect.NewProcessClient(hc, base, opts...),
 		Filesystem: filesystempbconnect.NewFilesystemClient(hc, base, opts...),
 		http:       hc,
-		base:       base,
 	}
+}
+
+// ForSandbox returns a client of sandbox id's agent, dialled through r:
+// for tools and tests that hold a runtime rather than a manager.
+func ForSandbox(r mcpbox.Runtime, id string, opts ...connect.ClientOption) *Client {
+	return New(NewTransport(func(ctx context.Context) (net.Conn, error) { return r.Dial(ctx, id) }), opts...)
 }
 
 // Close releases idle connections.
@@ -97,7 +107,7 @@ type HTTPError struct {
 func (e *HTTPError) Error() string { return fmt.Sprintf("agent: %d %s", e.Status, e.Message) }
 
 func (c *Client) do(ctx context.Context, method, path string, body io.Reader, ctype string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, body)
 	if err != nil {
 		return nil, err
 	}
@@ -204,4 +214,24 @@ func (c *Client) feed(ctx context.Context, pid uint32, r io.Reader) {
 		}
 	}
 	c.Process.CloseStdin(ctx, connect.NewRequest(&processpb.CloseStdinRequest{Process: sel}))
+}
+
+func bytesReader(b []byte) io.Reader { return strings.NewReader(string(b)) }
+
+// limitedReader fails, rather than truncating silently, past n bytes.
+type limitedReader struct {
+	r io.Reader
+	n int64
+}
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	if l.n <= 0 {
+		return 0, errors.New("reply larger than expected")
+	}
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	return n, err
 }

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/mcpbox/mcpbox"
 )
 
 // ExecuteRequest is a POST /execute body: code for a kernel.
@@ -23,18 +25,60 @@ type ExecuteRequest struct {
 	Timeout float64 `json:"timeout,omitempty"`
 }
 
-// Event is one line of an /execute reply: its "type" says which.
-type Event map[string]any
+// line is one NDJSON line of an /execute reply, every field any event
+// type carries; decode turns it into an mcpbox.CodeEvent.
+type line struct {
+	Type           string          `json:"type"`
+	Text           string          `json:"text"`
+	HTML           string          `json:"html"`
+	Markdown       string          `json:"markdown"`
+	LaTeX          string          `json:"latex"`
+	JSON           json.RawMessage `json:"json"`
+	PNG            string          `json:"png"`
+	JPEG           string          `json:"jpeg"`
+	SVG            string          `json:"svg"`
+	IsMainResult   bool            `json:"is_main_result"`
+	Name           string          `json:"name"`
+	Value          json.RawMessage `json:"value"`
+	Traceback      string          `json:"traceback"`
+	ExecutionCount int             `json:"execution_count"`
+	TimedOut       bool            `json:"timed_out"`
+	Restarted      bool            `json:"restarted"`
+}
 
-// Type returns the event's type.
-func (e Event) Type() string { s, _ := e["type"].(string); return s }
+func (l *line) event() mcpbox.CodeEvent {
+	ev := mcpbox.CodeEvent{Type: l.Type}
+	switch l.Type {
+	case mcpbox.EventStdout, mcpbox.EventStderr:
+		ev.Text = l.Text
+	case mcpbox.EventResult:
+		ev.Text = l.Text
+		ev.Result = &mcpbox.CodeResult{Text: l.Text, HTML: l.HTML, Markdown: l.Markdown, LaTeX: l.LaTeX,
+			JSON: l.JSON, PNG: l.PNG, JPEG: l.JPEG, SVG: l.SVG, IsMainResult: l.IsMainResult}
+	case mcpbox.EventError:
+		// An error's value is a string; anything else is shown as JSON.
+		var v string
+		if json.Unmarshal(l.Value, &v) != nil {
+			v = string(l.Value)
+		}
+		ev.Error = &mcpbox.CodeError{Name: l.Name, Value: v, Traceback: l.Traceback}
+	case mcpbox.EventReturnValue:
+		ev.Value = l.Value
+	case mcpbox.EventNumberOfExecutions:
+		ev.ExecutionCount = l.ExecutionCount
+	case mcpbox.EventEndOfExecution:
+		ev.TimedOut, ev.Restarted = l.TimedOut, l.Restarted
+	}
+	return ev
+}
 
-// Text returns the event's text field.
-func (e Event) Text() string { s, _ := e["text"].(string); return s }
+// maxEventLine bounds one line of an /execute reply: a result may carry a
+// large PNG, but nothing a sandbox sends is buffered without limit.
+const maxEventLine = 64 << 20
 
 // Execute runs code in a kernel and calls onEvent for each event as it
 // arrives, in order, up to and including end_of_execution.
-func (c *Client) Execute(ctx context.Context, req ExecuteRequest, onEvent func(Event)) error {
+func (c *Client) Execute(ctx context.Context, req ExecuteRequest, onEvent func(mcpbox.CodeEvent)) error {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return err
@@ -45,19 +89,20 @@ func (c *Client) Execute(ctx context.Context, req ExecuteRequest, onEvent func(E
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 64<<20) // a result may carry a large PNG
+	sc.Buffer(nil, maxEventLine)
 	for sc.Scan() {
-		var ev Event
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+		var l line
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			return fmt.Errorf("agent sent a bad /execute line: %w", err)
 		}
+		ev := l.event()
 		onEvent(ev)
-		if ev.Type() == "end_of_execution" {
+		if ev.Type == mcpbox.EventEndOfExecution {
 			return nil
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return err
+		return fmt.Errorf("read /execute reply: %w", err)
 	}
 	return errors.New("the /execute reply ended without end_of_execution")
 }

@@ -43,9 +43,9 @@ func BenchmarkExecute(b *testing.B) {
 		ctx := context.Background()
 		exec := func(code string) string {
 			var result string
-			if err := c.Execute(ctx, agentclient.ExecuteRequest{Code: code, Language: "python"}, func(ev agentclient.Event) {
-				if ev.Type() == "result" {
-					result = ev.Text()
+			if err := c.Execute(ctx, agentclient.ExecuteRequest{Code: code, Language: "python"}, func(ev mcpbox.CodeEvent) {
+				if ev.Type == "result" {
+					result = ev.Text
 				}
 			}); err != nil {
 				b.Fatal(err)
@@ -92,12 +92,12 @@ func BenchmarkFirstExecute(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				c := agentclient.New(sb.Endpoint)
+				c := agentclient.ForSandbox(rt, sb.ID)
 				defer c.Close()
 				got := ""
-				if err := c.Execute(ctx, agentclient.ExecuteRequest{Code: "1+1", Language: "python"}, func(ev agentclient.Event) {
-					if ev.Type() == "result" {
-						got = ev.Text()
+				if err := c.Execute(ctx, agentclient.ExecuteRequest{Code: "1+1", Language: "python"}, func(ev mcpbox.CodeEvent) {
+					if ev.Type == "result" {
+						got = ev.Text
 					}
 				}); err != nil || got != "2" {
 					b.Fatal(got, err)

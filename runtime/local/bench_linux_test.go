@@ -65,7 +65,7 @@ func BenchmarkProcessStart(b *testing.B) {
 		b.Run("sandbox-sh-true/codec="+codec, func(b *testing.B) {
 			rt := newRuntime(b)
 			sb, _ := newSandbox(b, rt, mcpbox.Flavors["small"])
-			c := agentclient.New(sb.Endpoint, codecOption(codec)...)
+			c := agentclient.ForSandbox(rt, sb.ID, codecOption(codec)...)
 			defer c.Close()
 			var t testutil.Timings
 			for b.Loop() {

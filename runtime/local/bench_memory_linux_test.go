@@ -43,8 +43,8 @@ func BenchmarkIdleMemory(b *testing.B) {
 			b.Fatal(err)
 		}
 		ids = append(ids, id)
-		c := agentclient.New(sb.Endpoint)
-		if err := c.Execute(ctx, agentclient.ExecuteRequest{Code: "x = 1", Language: "python"}, func(agentclient.Event) {}); err != nil {
+		c := agentclient.ForSandbox(rt, sb.ID)
+		if err := c.Execute(ctx, agentclient.ExecuteRequest{Code: "x = 1", Language: "python"}, func(mcpbox.CodeEvent) {}); err != nil {
 			b.Fatal(err)
 		}
 		c.Close()

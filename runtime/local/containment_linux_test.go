@@ -39,9 +39,9 @@ func newTinySandbox(t *testing.T, rt *local.Runtime) (*mcpbox.Sandbox, *agentcli
 // its cgroups, its cgroup directories and its state directory.
 func assertGone(t testing.TB, rt *local.Runtime, sb *mcpbox.Sandbox) {
 	t.Helper()
-	if err := syscall.Kill(sb.PID, 0); err == nil {
-		if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", sb.PID)); !bytes.Contains(st, []byte(") Z ")) {
-			t.Errorf("agent pid %d still alive after destroy", sb.PID)
+	if pid := agentPID(sb.ID); pid > 0 && syscall.Kill(pid, 0) == nil {
+		if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); !bytes.Contains(st, []byte(") Z ")) {
+			t.Errorf("agent pid %d still alive after destroy", pid)
 		}
 	}
 	for _, h := range []string{"memory", "pids", "cpu", "unified"} {
@@ -370,7 +370,7 @@ func TestContainDaemonGoneAfterDestroy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := agentclient.New(sb.Endpoint)
+	c := agentclient.ForSandbox(rt, sb.ID)
 	marker := "daemon" + testutil.ID()
 	mustSh(t, c, "setsid bash -c 'exec -a "+marker+" sleep 300' </dev/null >/dev/null 2>&1 &")
 	c.Close()
@@ -393,14 +393,14 @@ func TestDestroyAfterAgentSIGKILL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := agentclient.New(sb.Endpoint)
+	c := agentclient.ForSandbox(rt, sb.ID)
 	marker := "orphan" + testutil.ID()
 	mustSh(t, c, "bash -c 'exec -a "+marker+" sleep 300' >/dev/null 2>&1 &")
 	c.Close()
 	if !hostProcessWith(marker) {
 		t.Fatal("sleeper did not start")
 	}
-	if err := syscall.Kill(sb.PID, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(rt.PID(sb.ID), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	if err := rt.Destroy(ctx, sb.ID); err != nil {

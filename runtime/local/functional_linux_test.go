@@ -25,7 +25,7 @@ func TestAgentOverSocket(t *testing.T) {
 	rt := newRuntime(t)
 	sb, _ := newTinySandbox(t, rt)
 	for _, codec := range []string{"proto", "json"} {
-		c := agentclient.New(sb.Endpoint, codecOption(codec)...)
+		c := agentclient.ForSandbox(rt, sb.ID, codecOption(codec)...)
 		defer c.Close()
 		t.Run("codec="+codec, func(t *testing.T) {
 			t.Run("languages", func(t *testing.T) {

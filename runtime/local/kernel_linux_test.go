@@ -24,11 +24,11 @@ func TestKernelsInSandbox(t *testing.T) {
 	} {
 		t.Run(tc.lang, func(t *testing.T) {
 			var got strings.Builder
-			collect := func(ev agentclient.Event) {
-				if ev.Type() == "result" || ev.Type() == "stdout" {
-					got.WriteString(ev.Text())
+			collect := func(ev mcpbox.CodeEvent) {
+				if ev.Type == "result" || ev.Type == "stdout" {
+					got.WriteString(ev.Text)
 				}
-				if ev.Type() == "error" {
+				if ev.Type == "error" {
 					t.Errorf("error: %v", ev)
 				}
 			}
@@ -46,9 +46,9 @@ func TestKernelsInSandbox(t *testing.T) {
 	}
 	// The Python kernel started from the driver precompiled on the host.
 	var got strings.Builder
-	err := c.Execute(ctx, agentclient.ExecuteRequest{Code: "import sys\nsys.modules['mcpbox_kernel'].__file__"}, func(ev agentclient.Event) {
-		if ev.Type() == "result" || ev.Type() == "error" {
-			got.WriteString(ev.Text() + fmt.Sprint(ev["value"]))
+	err := c.Execute(ctx, agentclient.ExecuteRequest{Code: "import sys\nsys.modules['mcpbox_kernel'].__file__"}, func(ev mcpbox.CodeEvent) {
+		if ev.Type == "result" || ev.Type == "error" {
+			got.WriteString(ev.Text + fmt.Sprint(string(ev.Value), errValue(ev)))
 		}
 	})
 	if err != nil || !strings.HasPrefix(got.String(), "'/opt/mcpbox/mcpbox_kernel.py'") {

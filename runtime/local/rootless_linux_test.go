@@ -76,10 +76,7 @@ func rootlessInner() error {
 		return err
 	}
 	defer rt.Destroy(context.Background(), sb.ID)
-	if !sb.Rootless {
-		return errors.New("sandbox does not say it is rootless")
-	}
-	c := agentclient.New(sb.Endpoint)
+	c := agentclient.ForSandbox(rt, sb.ID)
 	defer c.Close()
 	var out bytes.Buffer
 	res, err := c.Run(ctx, agentclient.Command{Cmd: "sh", Args: []string{"-c",
@@ -94,8 +91,8 @@ func rootlessInner() error {
 	}
 	// The Python kernel, started from the driver the runtime precompiled.
 	var got strings.Builder
-	err = c.Execute(ctx, agentclient.ExecuteRequest{Code: "import sys\nx = sys.modules['mcpbox_kernel'].__file__\nx"}, func(ev agentclient.Event) {
-		got.WriteString(ev.Type() + ":" + ev.Text() + fmt.Sprint(ev["value"]) + " ")
+	err = c.Execute(ctx, agentclient.ExecuteRequest{Code: "import sys\nx = sys.modules['mcpbox_kernel'].__file__\nx"}, func(ev mcpbox.CodeEvent) {
+		got.WriteString(ev.Type + ":" + ev.Text + fmt.Sprint(string(ev.Value), errValue(ev)) + " ")
 	})
 	if err != nil || !strings.Contains(got.String(), "result:'/opt/mcpbox/mcpbox_kernel.py'") {
 		return fmt.Errorf("python kernel: %v: %s", err, got.String())
@@ -116,20 +113,20 @@ func TestAgentSIGTERM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := agentclient.New(sb.Endpoint)
+	c := agentclient.ForSandbox(rt, sb.ID)
 	defer c.Close()
 	marker := "term" + testutil.ID()
 	go c.Run(ctx, agentclient.Command{Cmd: "bash", Args: []string{"-c", "exec -a " + marker + " sleep 300"}}, nil, nil)
 	if !hostProcessWith(marker) {
 		t.Fatal("sleeper did not start")
 	}
-	if err := syscall.Kill(sb.PID, syscall.SIGTERM); err != nil {
+	if err := syscall.Kill(rt.PID(sb.ID), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		list, _ := rt.List(ctx)
-		if len(list) == 1 && list[0].PID == 0 {
+		if len(list) == 1 && !list[0].Alive {
 			break // the agent exited
 		}
 		if time.Now().After(deadline) {

@@ -119,6 +119,8 @@ func (r *Runtime) cgroupName(id string) string { return r.cgParent + "/" + id }
 // destroy a sandbox it did not start.
 type state struct {
 	mcpbox.Sandbox
+	// PID is the agent's process id as the host sees it.
+	PID int `json:"pid"`
 	// StartTime is the agent's start time in clock ticks since boot
 	// (/proc/<pid>/stat field 22): a pid alone may have been reused.
 	StartTime uint64 `json:"start_time"`
@@ -245,18 +247,11 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 	}
 	h.cfgW.Close()
 
-	sb := &mcpbox.Sandbox{
-		ID:       spec.ID,
-		Flavor:   spec.Flavor,
-		Created:  time.Now().UTC(),
-		Endpoint: mcpbox.Endpoint{Network: "unix", Address: sockPath},
-		PID:      started.pid,
-		Rootless: r.rootless,
-	}
+	sb := &mcpbox.Sandbox{ID: spec.ID, Flavor: spec.Flavor, Created: time.Now().UTC(), Alive: true}
 	// Record the sandbox while it sets itself up.
 	stErr := make(chan error, 1)
 	go func() {
-		st := state{Sandbox: *sb}
+		st := state{Sandbox: *sb, PID: started.pid}
 		st.StartTime, _ = procStartTime(started.pid)
 		stErr <- writeJSON(filepath.Join(dir, "sandbox.json"), st)
 	}()
@@ -270,7 +265,7 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 		}
 		return nil, fail("sandbox setup", err)
 	}
-	if err := Health(ctx, sb.Endpoint); err != nil {
+	if err := r.health(ctx, spec.ID); err != nil {
 		return nil, fail("agent health check", err)
 	}
 	r.log.Debug("sandbox created", "session", spec.ID, "pid", started.pid)
@@ -389,13 +384,37 @@ func waitReady(ctx context.Context, ready *os.File, died <-chan struct{}) error 
 	}
 }
 
-// Health asks the agent at ep for GET /health.
-func Health(ctx context.Context, ep mcpbox.Endpoint) error {
+// Dial connects to the agent's socket of sandbox id. Any process sharing
+// the home may: the socket is private to the home's owner (0600).
+func (r *Runtime) Dial(ctx context.Context, id string) (net.Conn, error) {
+	if err := mcpbox.ValidateID(id); err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", filepath.Join(r.dir(id), "agent.sock"))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: dial agent: %w", id, err)
+	}
+	return c, nil
+}
+
+// PID returns the host pid of sandbox id's agent, or 0 when it is not
+// running (tests and doctor use it; nothing outside this package needs it).
+func (r *Runtime) PID(id string) int {
+	st, err := readState(filepath.Join(r.dir(id), "sandbox.json"))
+	if err != nil {
+		return 0
+	}
+	if t, err := procStartTime(st.PID); err != nil || t != st.StartTime {
+		return 0
+	}
+	return st.PID
+}
+
+// health asks sandbox id's agent for GET /health over a fresh connection.
+func (r *Runtime) health(ctx context.Context, id string) error {
 	c := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, ep.Network, ep.Address)
-		},
+		DialContext:       func(ctx context.Context, _, _ string) (net.Conn, error) { return r.Dial(ctx, id) },
 		DisableKeepAlives: true,
 	}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/health", nil)
@@ -478,7 +497,7 @@ func (r *Runtime) teardown(id string, c *child, cg *cgroup.Group) error {
 }
 
 // List returns the sandboxes recorded under the state directory, live or
-// not; a sandbox whose agent is gone has PID 0.
+// not; Alive says whether the agent still runs.
 func (r *Runtime) List(ctx context.Context) ([]*mcpbox.Sandbox, error) {
 	ents, err := os.ReadDir(r.sessionsDir())
 	if err != nil {
@@ -490,10 +509,9 @@ func (r *Runtime) List(ctx context.Context) ([]*mcpbox.Sandbox, error) {
 		if err != nil {
 			continue // being created, or left half-made: Destroy handles it
 		}
-		if t, err := procStartTime(st.PID); err != nil || t != st.StartTime {
-			st.PID = 0
-		}
 		sb := st.Sandbox
+		t, err := procStartTime(st.PID)
+		sb.Alive = err == nil && t == st.StartTime
 		out = append(out, &sb)
 	}
 	return out, nil

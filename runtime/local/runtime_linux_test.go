@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +25,8 @@ func newSandbox(t testing.TB, rt *local.Runtime, fl mcpbox.Flavor) (*mcpbox.Sand
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	c := agentclient.New(sb.Endpoint)
+	agentPIDs.Store(sb.ID, rt.PID(sb.ID))
+	c := agentclient.ForSandbox(rt, sb.ID)
 	t.Cleanup(func() {
 		c.Close()
 		if err := rt.Destroy(context.Background(), sb.ID); err != nil {
@@ -71,7 +73,7 @@ func TestCreateRunDestroy(t *testing.T) {
 		}
 	}
 	list, err := rt.List(context.Background())
-	if err != nil || len(list) != 1 || list[0].ID != sb.ID || list[0].PID == 0 {
+	if err != nil || len(list) != 1 || list[0].ID != sb.ID || !list[0].Alive {
 		t.Fatalf("List = %v, %v; want the one live sandbox", list, err)
 	}
 	if err := rt.Destroy(context.Background(), sb.ID); err != nil {
@@ -83,4 +85,22 @@ func TestCreateRunDestroy(t *testing.T) {
 	if err := rt.Destroy(context.Background(), sb.ID); err != nil {
 		t.Errorf("second destroy: %v", err)
 	}
+}
+
+// agentPIDs remembers each test sandbox's agent pid, for checks after
+// Destroy has removed what Runtime.PID reads.
+var agentPIDs sync.Map
+
+func agentPID(id string) int {
+	pid, _ := agentPIDs.Load(id)
+	n, _ := pid.(int)
+	return n
+}
+
+// errValue is an error event's value, "" for other events.
+func errValue(ev mcpbox.CodeEvent) string {
+	if ev.Error == nil {
+		return ""
+	}
+	return ev.Error.Value
 }

@@ -38,7 +38,7 @@ func TestVolumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rt.Destroy(context.Background(), sb.ID)
-	c := agentclient.New(sb.Endpoint)
+	c := agentclient.ForSandbox(rt, sb.ID)
 	defer c.Close()
 	out, _ := mustSh(t, c, "cat /mnt/in/input.txt; echo; echo x > /mnt/in/new 2>&1; echo result > /mnt/out/result.txt && echo wrote")
 	if !strings.Contains(out, "from the host") || !strings.Contains(out, "Read-only file system") || !strings.Contains(out, "wrote") {

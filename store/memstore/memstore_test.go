@@ -10,4 +10,8 @@ import (
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(*testing.T) mcpbox.Store { return memstore.New() })
+	storetest.RunShared(t, func(*testing.T) (mcpbox.Store, mcpbox.Store) {
+		s := memstore.New()
+		return s, s
+	})
 }

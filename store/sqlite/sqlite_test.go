@@ -26,6 +26,13 @@ func TestConformance(t *testing.T) {
 		t.Cleanup(func() { s.Close() })
 		return s
 	})
+	// Two Stores on one file are two processes sharing a home.
+	storetest.RunShared(t, func(t *testing.T) (mcpbox.Store, mcpbox.Store) {
+		file := filepath.Join(t.TempDir(), "mcpbox.db")
+		a, b := open(t, file), open(t, file)
+		t.Cleanup(func() { a.Close(); b.Close() })
+		return a, b
+	})
 }
 
 // TestSurvivesReopen is what a restart relies on: records written by one
@@ -35,7 +42,7 @@ func TestSurvivesReopen(t *testing.T) {
 	ctx := context.Background()
 	s := open(t, file)
 	want := &mcpbox.Session{ID: "keep1", Owner: "alice", State: mcpbox.SessionRunning, Created: time.Now().UTC()}
-	if err := s.PutSession(ctx, want); err != nil {
+	if err := s.CreateSession(ctx, want, mcpbox.Admission{}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
