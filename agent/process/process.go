@@ -3,9 +3,19 @@
 // lets callers attach, send input and signals, and list what runs.
 //
 // Every process gets its own process group, so a signal or a timeout
-// reaches everything it started. Output is fanned out to every attached
-// stream; a slow stream slows the process (its pipe fills) rather than
-// losing output, and a stream that goes away stops receiving at once.
+// reaches everything it started, and an oom_score_adj above the agent's,
+// so the kernel's OOM killer picks user code before PID 1. Output is fanned
+// out to every attached stream; a slow stream slows the process (its pipe
+// fills) rather than losing output, and a stream that goes away stops
+// receiving at once. Every byte the process wrote reaches every attached
+// stream before its end event.
+//
+// A process started with a tag is also recorded, attached or not: the
+// last TaggedOutputBytes of its stdout and stderr (with counts of what was
+// dropped) and its end, kept for TaggedRetention after it ends. Output and
+// Forget serve these records, so any caller, not only the one that
+// started a background command, can read it by its tag. Tags are unique
+// among running processes.
 //
 // The deadline of a Start request (Connect-Timeout-Ms) is the process's
 // timeout: when it passes, the process group is killed, whether or not the
@@ -50,12 +60,26 @@ type Options struct {
 	// event; default 50s, overridden per stream by the request header
 	// Keepalive-Ping-Interval (seconds), as envd does.
 	KeepaliveInterval time.Duration
+	// OOMScoreAdj is written to /proc/<pid>/oom_score_adj of every
+	// process right after it starts; default reaper.ChildOOMScoreAdj.
+	OOMScoreAdj int
+	// TaggedOutputBytes is how much of each output stream of a tagged
+	// process is kept (the last bytes); default 1 MiB.
+	TaggedOutputBytes int
+	// TaggedRetention is how long the record of a tagged process is kept
+	// after it ends; default 10 minutes.
+	TaggedRetention time.Duration
+	// MaxFinishedTagged caps the records kept of ended tagged processes;
+	// the oldest go first. Default 64.
+	MaxFinishedTagged int
 	// Logger receives debug logs; nil discards them.
 	Logger *slog.Logger
 }
 
-// exitGrace is how long the end event waits for output after the process
-// itself exited: a background grandchild may hold the pipes open forever.
+// exitGrace is how long the agent waits for EOF on a process's pipes
+// after the process itself exited: a background grandchild may hold them
+// open forever. What the process wrote is in the pipe by then and is taken
+// whatever the wait; only a descendant's later output is left behind.
 const exitGrace = 100 * time.Millisecond
 
 // Service implements processpbconnect.ProcessHandler.
@@ -63,18 +87,32 @@ type Service struct {
 	opts Options
 	log  *slog.Logger
 
-	mu    sync.Mutex
-	procs map[uint32]*proc
-	tags  map[string]*proc
+	mu       sync.Mutex
+	procs    map[uint32]*proc
+	tags     map[string]*proc   // running tagged processes
+	finished map[string]*record // ended tagged processes, for a while
+	seq      uint64             // last record.seq given
 }
 
 var _ processpbconnect.ProcessHandler = (*Service)(nil)
 
 // New returns a Service.
 func New(opts *Options) *Service {
-	s := &Service{procs: map[uint32]*proc{}, tags: map[string]*proc{}}
+	s := &Service{procs: map[uint32]*proc{}, tags: map[string]*proc{}, finished: map[string]*record{}}
 	if opts != nil {
 		s.opts = *opts
+	}
+	if s.opts.OOMScoreAdj == 0 {
+		s.opts.OOMScoreAdj = reaper.ChildOOMScoreAdj
+	}
+	if s.opts.TaggedOutputBytes <= 0 {
+		s.opts.TaggedOutputBytes = 1 << 20
+	}
+	if s.opts.TaggedRetention <= 0 {
+		s.opts.TaggedRetention = 10 * time.Minute
+	}
+	if s.opts.MaxFinishedTagged <= 0 {
+		s.opts.MaxFinishedTagged = 64
 	}
 	if s.opts.KeepaliveInterval <= 0 {
 		s.opts.KeepaliveInterval = 50 * time.Second
@@ -89,12 +127,16 @@ func New(opts *Options) *Service {
 	return s
 }
 
-// Close kills the process group of every running process.
+// Close kills the process group of every running process and forgets
+// the records of finished ones.
 func (s *Service) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range s.procs {
 		p.signal(syscall.SIGKILL)
+	}
+	for _, r := range s.finished {
+		s.dropLocked(r)
 	}
 }
 
@@ -142,10 +184,7 @@ func (s *Service) follow(ctx context.Context, keepalive string, p *proc, sub *su
 	}
 	for {
 		select {
-		case ev, ok := <-sub.events:
-			if !ok {
-				return nil
-			}
+		case ev := <-sub.events:
 			if err := send(ev); err != nil {
 				return err
 			}
@@ -207,7 +246,12 @@ func (s *Service) start(req *processpb.StartRequest) (*proc, *subscriber, error)
 	p.tag = tag
 	s.procs[p.pid] = p
 	if tag != "" {
+		p.rec = newRecord(tag, p.pid, s.opts.TaggedOutputBytes)
 		s.tags[tag] = p
+		// A new run under the tag replaces the record of the last one.
+		if old := s.finished[tag]; old != nil {
+			s.dropLocked(old)
+		}
 	}
 	sub := p.subscribe()
 	go s.watch(p)
@@ -270,6 +314,10 @@ func (s *Service) spawn(path string, cfg *processpb.ProcessConfig, env map[strin
 	}
 	p.child, p.pid = child, uint32(child.Pid)
 	p.stdout, p.stderr = parentEnds[0], parentEnds[1]
+	if err := reaper.SetOOMScoreAdj(child, s.opts.OOMScoreAdj); err != nil {
+		// Rootless sandboxes may forbid it; the process still runs.
+		s.log.Warn("raise oom_score_adj", "pid", p.pid, "err", err)
+	}
 	return p, nil
 }
 
@@ -287,13 +335,15 @@ func (s *Service) watch(p *proc) {
 			p.pump(r.f, r.stderr)
 		}()
 	}
-	drained := make(chan struct{})
-	go func() { readers.Wait(); close(drained) }()
 	ws := p.child.Wait()
-	select {
-	case <-drained:
-	case <-time.After(exitGrace):
-	}
+	// Only now does the grace start: a pump still busy delivering earlier
+	// output to a slow stream takes the rest of the pipe when it returns.
+	grace := time.Now().Add(exitGrace)
+	p.stdout.SetReadDeadline(grace)
+	p.stderr.SetReadDeadline(grace)
+	readers.Wait()
+	p.stdout.Close()
+	p.stderr.Close()
 	end := &processpb.ProcessEvent_EndEvent{Exited: ws.Exited(), ExitCode: int32(ws.ExitStatus())}
 	if ws.Exited() {
 		end.Status = "exit status " + strconv.Itoa(ws.ExitStatus())
@@ -301,10 +351,14 @@ func (s *Service) watch(p *proc) {
 		end.ExitCode = -1
 		end.Status = "signal: " + ws.Signal().String()
 	}
+	if p.rec != nil {
+		p.rec.end(int(end.ExitCode), end.Exited, end.Status)
+	}
 	s.mu.Lock()
 	delete(s.procs, p.pid)
 	if p.tag != "" && s.tags[p.tag] == p {
 		delete(s.tags, p.tag)
+		s.retainLocked(p.rec)
 	}
 	s.mu.Unlock()
 	p.finish(&processpb.ProcessEvent{Event: &processpb.ProcessEvent_End{End: end}})

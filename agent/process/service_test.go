@@ -3,10 +3,14 @@ package process_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,12 +25,22 @@ import (
 // serve starts the service on an HTTP/1.1 + h2c test server and returns a
 // client per codec.
 func serve(t *testing.T) map[string]processpbconnect.ProcessClient {
+	_, clients := serveWith(t, nil)
+	return clients
+}
+
+// serveWith is serve for a service with opts (nil: defaults); it returns
+// the service too.
+func serveWith(t *testing.T, opts *process.Options) (*process.Service, map[string]processpbconnect.ProcessClient) {
 	t.Helper()
-	svc := process.New(&process.Options{
-		Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid()),
-		Env:        map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": t.TempDir()},
-		DefaultCwd: t.TempDir(),
-	})
+	o := process.Options{}
+	if opts != nil {
+		o = *opts
+	}
+	o.Uid, o.Gid = uint32(os.Getuid()), uint32(os.Getgid())
+	o.Env = map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": t.TempDir()}
+	o.DefaultCwd = t.TempDir()
+	svc := process.New(&o)
 	mux := http.NewServeMux()
 	mux.Handle(processpbconnect.NewProcessHandler(svc))
 	srv := httptest.NewUnstartedServer(mux)
@@ -39,7 +53,7 @@ func serve(t *testing.T) map[string]processpbconnect.ProcessClient {
 	tr.Protocols = new(http.Protocols)
 	tr.Protocols.SetUnencryptedHTTP2(true)
 	hc := &http.Client{Transport: tr}
-	return map[string]processpbconnect.ProcessClient{
+	return svc, map[string]processpbconnect.ProcessClient{
 		"proto": processpbconnect.NewProcessClient(hc, srv.URL),
 		"json":  processpbconnect.NewProcessClient(hc, srv.URL, connect.WithProtoJSON()),
 	}
@@ -211,4 +225,32 @@ func TestProcess(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestConcurrentOutputIsComplete runs many short processes at once on one
+// thread: each one's output must arrive whole before its end event, however
+// late the agent gets round to reading its pipes.
+func TestConcurrentOutputIsComplete(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	c := serve(t)["proto"]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const n = 64
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			want := strings.Repeat(fmt.Sprintf("process %d says hello\n", i), 50)
+			r, err := start(ctx, c, cmd("sh", "-c", `i=0; while [ $i -lt 50 ]; do echo "process $0 says hello"; i=$((i+1)); done; echo bye >&2`, strconv.Itoa(i)), nil)
+			if err != nil {
+				t.Errorf("process %d: %v", i, err)
+				return
+			}
+			if r.stdout.String() != want || r.stderr.String() != "bye\n" || r.end.GetExitCode() != 0 {
+				t.Errorf("process %d: %d of %d stdout bytes, stderr %q, end %v", i, r.stdout.Len(), len(want), r.stderr.String(), r.end)
+			}
+		}()
+	}
+	wg.Wait()
 }
