@@ -79,6 +79,8 @@ type FileInfo struct {
 	Type    FileType  `json:"type"`
 	Size    int64     `json:"size"`
 	Mode    uint32    `json:"mode"`
+	// Permissions is the mode as ls shows it ("-rw-r--r--").
+	Permissions string    `json:"permissions"`
 	ModTime time.Time `json:"mod_time"`
 	// SymlinkTarget is where a symlink points.
 	SymlinkTarget string `json:"symlink_target,omitempty"`

@@ -155,6 +155,9 @@ type SandboxSpec struct {
 	// the rest of it is still being set up, so that the first execution
 	// does not wait for an interpreter to boot.
 	Prestart []Language
+	// Ephemeral sandboxes die with the process that created them, however
+	// it ends (a one-shot `mcpbox run`); others outlive it, to be adopted.
+	Ephemeral bool
 }
 
 // NetworkPolicy says which outside hosts a sandbox may reach. The zero

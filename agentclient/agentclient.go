@@ -147,6 +147,8 @@ type Command struct {
 	Cwd   string
 	Stdin io.Reader // nil: no stdin
 	Tag   string
+	// OnStart, if set, is called once the agent has started the process.
+	OnStart func()
 }
 
 // Run starts cmd and streams its output to stdout and stderr as it is
@@ -175,6 +177,9 @@ func (c *Client) Run(ctx context.Context, cmd Command, stdout, stderr io.Writer)
 		ev := stream.Msg().GetEvent()
 		switch {
 		case ev.GetStart() != nil:
+			if cmd.OnStart != nil {
+				cmd.OnStart()
+			}
 			if withStdin {
 				go c.feed(ctx, ev.GetStart().GetPid(), cmd.Stdin)
 			}

@@ -1,9 +1,10 @@
 package manager
 
 import (
-	"bytes"
 	"context"
-	"sync"
+	"errors"
+	"net/http"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -13,37 +14,17 @@ import (
 	"github.com/mcpbox/mcpbox/gen/processpb"
 )
 
-// maxBackgroundOutput caps what the manager keeps of one background
-// command's stdout and of its stderr; the oldest bytes go first.
-const maxBackgroundOutput = 1 << 20
+// bgPrefix starts every background command's tag: the agent keeps their
+// output and exit by tag, so any mcpbox process sharing the store can read
+// and stop them, and nothing of them is kept on the host.
+const bgPrefix = "bg"
 
-// background is a command running on its own after StartCommand.
-type background struct {
-	session string
-	tag     string
-
-	mu             sync.Mutex
-	stdout, stderr bytes.Buffer
-	dropped        int64
-	done           bool
-	exitCode       int
-	err            error
-}
-
-func (b *background) write(buf *bytes.Buffer, p []byte) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	buf.Write(p)
-	if over := buf.Len() - maxBackgroundOutput; over > 0 {
-		buf.Next(over)
-		b.dropped += int64(over)
-	}
-}
-
-// CommandOutput is what a background command has printed so far.
+// CommandOutput is what a background command has printed so far: the last
+// bytes of each stream, as the sandbox's agent keeps them.
 type CommandOutput struct {
 	Stdout, Stderr []byte
-	// Dropped counts the oldest bytes discarded to keep within 1 MiB.
+	// Dropped counts the oldest bytes discarded to keep within the
+	// agent's buffer, both streams together.
 	Dropped  int64
 	Done     bool
 	ExitCode int
@@ -51,18 +32,38 @@ type CommandOutput struct {
 
 // StartCommand starts req in the background of owner's session and returns
 // a handle for CommandOutput and StopCommand. req.Timeout, if set, still
-// kills it.
+// kills it. At most Options.MaxBackgroundCommands run at once per session.
 func (m *Manager) StartCommand(ctx context.Context, owner, id string, req CommandRequest) (string, error) {
 	if req.Command == "" {
 		return "", mcpbox.Errorf(mcpbox.EINVALID, "command is empty")
+	}
+	if req.Timeout < 0 || req.Timeout > mcpbox.MaxTimeout {
+		return "", mcpbox.ValidateTimeout(req.Timeout)
 	}
 	s, c, err := m.conn(ctx, owner, id)
 	if err != nil {
 		return "", err
 	}
-	handle := "bg" + mcpbox.NewID()[:12]
-	b := &background{session: id, tag: handle}
-	// The command outlives this call: its context is the manager's own.
+	list, err := c.client.Process.List(ctx, connect.NewRequest(&processpb.ListRequest{}))
+	if err != nil {
+		return "", agentError(err)
+	}
+	running := 0
+	for _, p := range list.Msg.GetProcesses() {
+		if strings.HasPrefix(p.GetTag(), bgPrefix) {
+			running++
+		}
+	}
+	if running >= m.opts.MaxBackgroundCommands {
+		return "", mcpbox.Errorf(mcpbox.ELIMIT, "session %s already runs its maximum of %d background commands", id, m.opts.MaxBackgroundCommands).
+			With("limit", m.opts.MaxBackgroundCommands).With("session_id", id).
+			WithSuggestion("stop one with stop_command, or wait for one to finish")
+	}
+	handle := bgPrefix + mcpbox.NewID()[:12]
+	// The command outlives this call. The stream is kept open only so that
+	// req.Timeout, the process's lifetime, is enforced by the agent; when
+	// it closes early the command carries on, and its output stays in the
+	// agent either way.
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	if req.Timeout > 0 {
 		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), req.Timeout)
@@ -70,93 +71,73 @@ func (m *Manager) StartCommand(ctx context.Context, owner, id string, req Comman
 	started := make(chan error, 1)
 	go func() {
 		defer cancel()
-		res, err := c.client.Run(rctx, agentclient.Command{Cmd: "/bin/bash", Args: []string{"-c", req.Command},
-			Env: mergeEnv(s.Env, req.Env), Cwd: req.Cwd, Tag: handle},
-			writerFunc(func(p []byte) { b.write(&b.stdout, p) }),
-			writerFunc(func(p []byte) { b.write(&b.stderr, p) }))
-		b.mu.Lock()
-		b.done = true
+		_, err := c.client.Run(rctx, agentclient.Command{Cmd: "/bin/bash", Args: []string{"-c", req.Command},
+			Env: mergeEnv(s.Env, req.Env), Cwd: req.Cwd, Tag: handle, OnStart: func() { started <- nil }}, nil, nil)
 		if err != nil {
-			b.err = agentError(err)
-			b.exitCode = -1
-		} else {
-			b.exitCode = res.ExitCode
-		}
-		b.mu.Unlock()
-		select {
-		case started <- err:
-		default:
+			select {
+			case started <- err:
+			default:
+			}
 		}
 	}()
-	// Wait until the agent has it (or refused it), so a bad command fails here.
-	deadline := time.After(5 * time.Second)
-	for {
-		list, err := c.client.Process.List(ctx, connect.NewRequest(&processpb.ListRequest{}))
-		if err == nil {
-			for _, p := range list.Msg.GetProcesses() {
-				if p.GetTag() == handle {
-					m.bgMu.Lock()
-					m.bg[handle] = b
-					m.bgMu.Unlock()
-					return handle, nil
-				}
-			}
+	select {
+	case err := <-started:
+		if err != nil {
+			return "", agentError(err)
 		}
-		select {
-		case err := <-started:
-			m.bgMu.Lock()
-			m.bg[handle] = b
-			m.bgMu.Unlock()
-			if err != nil {
-				return "", agentError(err)
-			}
-			return handle, nil // it already ended
-		case <-deadline:
-			return "", mcpbox.Errorf(mcpbox.EINTERNAL, "background command did not start")
-		case <-time.After(2 * time.Millisecond):
-		}
+		return handle, nil
+	case <-time.After(10 * time.Second):
+		cancel()
+		return "", mcpbox.Errorf(mcpbox.EINTERNAL, "the background command did not start within 10s")
+	case <-ctx.Done():
+		cancel()
+		return "", ctx.Err()
 	}
 }
 
-func (m *Manager) background(ctx context.Context, owner, id, handle string) (*background, error) {
-	if _, err := m.Get(ctx, owner, id); err != nil {
-		return nil, err
-	}
-	m.bgMu.Lock()
-	b := m.bg[handle]
-	m.bgMu.Unlock()
-	if b == nil || b.session != id {
-		return nil, mcpbox.Errorf(mcpbox.ENOTFOUND, "no background command %q in session %s", handle, id)
-	}
-	return b, nil
+func notBackground(handle, id string) *mcpbox.Error {
+	return mcpbox.Errorf(mcpbox.ENOTFOUND, "no background command %q in session %s (finished ones are kept for 10 minutes)", handle, id).
+		WithSuggestion("use the handle execute_command returned with background: true")
 }
 
 // CommandOutput returns what a background command printed so far.
 func (m *Manager) CommandOutput(ctx context.Context, owner, id, handle string) (*CommandOutput, error) {
-	b, err := m.background(ctx, owner, id, handle)
+	if !strings.HasPrefix(handle, bgPrefix) {
+		return nil, notBackground(handle, id)
+	}
+	_, c, err := m.conn(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return &CommandOutput{Stdout: bytes.Clone(b.stdout.Bytes()), Stderr: bytes.Clone(b.stderr.Bytes()),
-		Dropped: b.dropped, Done: b.done, ExitCode: b.exitCode}, nil
+	out, err := c.client.Output(ctx, handle)
+	var he *agentclient.HTTPError
+	if errors.As(err, &he) && he.Status == http.StatusNotFound {
+		return nil, notBackground(handle, id)
+	}
+	if err != nil {
+		return nil, agentError(err)
+	}
+	return &CommandOutput{Stdout: []byte(out.Stdout), Stderr: []byte(out.Stderr),
+		Dropped: out.StdoutDropped + out.StderrDropped, Done: out.Done, ExitCode: out.ExitCode}, nil
 }
 
 // StopCommand kills a background command's process group.
 func (m *Manager) StopCommand(ctx context.Context, owner, id, handle string) error {
-	b, err := m.background(ctx, owner, id, handle)
-	if err != nil {
-		return err
+	if !strings.HasPrefix(handle, bgPrefix) {
+		return notBackground(handle, id)
 	}
 	_, c, err := m.conn(ctx, owner, id)
 	if err != nil {
 		return err
 	}
-	sel := &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Tag{Tag: b.tag}}
+	sel := &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Tag{Tag: handle}}
 	_, err = c.client.Process.SendSignal(ctx, connect.NewRequest(&processpb.SendSignalRequest{Process: sel, Signal: processpb.Signal_SIGNAL_SIGKILL}))
 	if connect.CodeOf(err) == connect.CodeNotFound {
-		return nil // it had ended already
+		// Ended already, or never was: the agent's record tells which.
+		if _, oerr := c.client.Output(ctx, handle); oerr != nil {
+			return notBackground(handle, id)
+		}
+		return nil
 	}
 	return agentError(err)
 }

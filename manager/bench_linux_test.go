@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpbox/mcpbox"
 	"github.com/mcpbox/mcpbox/agentclient"
 	"github.com/mcpbox/mcpbox/internal/testutil"
 	"github.com/mcpbox/mcpbox/manager"
@@ -15,16 +16,15 @@ import (
 
 // executePython runs 1+1 in the session's default Python context.
 func executePython(b *testing.B, m *manager.Manager, id string) {
-	s, err := m.Get(context.Background(), "bench", id)
+	rt, err := m.Agent(context.Background(), "bench", id)
 	if err != nil {
 		b.Fatal(err)
 	}
-	c := agentclient.New(s.Sandbox.Endpoint)
-	defer c.Close()
+	c := agentclient.New(rt)
 	got := ""
-	if err := c.Execute(context.Background(), agentclient.ExecuteRequest{Code: "1+1", Language: "python"}, func(ev agentclient.Event) {
-		if ev.Type() == "result" {
-			got = ev.Text()
+	if err := c.Execute(context.Background(), agentclient.ExecuteRequest{Code: "1+1", Language: "python"}, func(ev mcpbox.CodeEvent) {
+		if ev.Type == "result" {
+			got = ev.Text
 		}
 	}); err != nil || got != "2" {
 		b.Fatal(got, err)
@@ -67,7 +67,7 @@ func BenchmarkSessionCreate(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer m.Close(context.Background())
-			m.StartPools(ctx)
+			go m.Run(ctx)
 			var t testutil.Timings
 			for b.Loop() {
 				if warm { // a pool refills between real-world requests, not in a tight loop

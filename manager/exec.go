@@ -17,95 +17,14 @@ import (
 	"github.com/mcpbox/mcpbox/gen/filesystempb"
 )
 
-// sessionConn is what the manager keeps per live session: a client of its
-// agent, the slots that cap concurrent executions, and the session's record
-// as last read from the store.
-type sessionConn struct {
-	client *agentclient.Client
-	slots  chan struct{}
-
-	// session and checked are the record and when it was read, under
-	// Manager.connMu. A call within recordTTL of the read uses it as is.
-	session *mcpbox.Session
-	checked time.Time
-}
-
-// recordTTL is how long a session record read from the store serves calls
-// without reading it again. Touch skips its write for the same second, so
-// a busy session costs one store round trip a second, not one per call.
-// Ending a session here drops the record at once; one ended by another
-// mcpbox process on the same store is noticed within this time, and a
-// call in between fails on the sandbox being gone.
-const recordTTL = time.Second
-
-// conn returns owner's running session and its connection, after
-// recording the use.
-func (m *Manager) conn(ctx context.Context, owner, id string) (*mcpbox.Session, *sessionConn, error) {
-	now := m.opts.Now()
-	m.connMu.Lock()
-	if c := m.conns[id]; c != nil && c.session != nil && c.session.Owner == owner && now.Sub(c.checked) < recordTTL {
-		s := c.session
-		m.connMu.Unlock()
-		return s, c, nil
-	}
-	m.connMu.Unlock()
-	s, err := m.Touch(ctx, owner, id)
-	if err != nil {
-		return nil, nil, err
-	}
-	m.connMu.Lock()
-	defer m.connMu.Unlock()
-	if _, gone := m.ended[id]; gone {
-		// Stopped here between the read and now.
-		return nil, nil, mcpbox.Errorf(mcpbox.ESESSION, "session %q has stopped", id).WithSuggestion("create a new session")
-	}
-	c := m.conns[id]
-	if c == nil {
-		c = &sessionConn{client: agentclient.New(s.Sandbox.Endpoint), slots: make(chan struct{}, m.opts.MaxConcurrentExecutions)}
-		m.conns[id] = c
-	}
-	// The record is shared by the calls that follow: they read it only.
-	c.session, c.checked = s, now
-	return s, c, nil
-}
-
-// endedTTL is how long an ended session is remembered against a call
-// that read its record before the end (a store round trip; far less).
-const endedTTL = time.Minute
-
-// dropConn forgets a session's connection when it ends.
-func (m *Manager) dropConn(id string) {
-	now := m.opts.Now()
-	m.connMu.Lock()
-	if c := m.conns[id]; c != nil {
-		c.client.Close()
-		delete(m.conns, id)
-	}
-	for old, at := range m.ended {
-		if now.Sub(at) > endedTTL {
-			delete(m.ended, old)
-		}
-	}
-	m.ended[id] = now
-	m.connMu.Unlock()
-}
-
-// acquire takes an execution slot, or fails at once when all are busy.
-func (m *Manager) acquire(id string, c *sessionConn) (func(), error) {
-	select {
-	case c.slots <- struct{}{}:
-		return func() { <-c.slots }, nil
-	default:
-		return nil, mcpbox.Errorf(mcpbox.ELIMIT, "session %s already runs its maximum of %d executions at once", id, cap(c.slots)).
-			With("limit", cap(c.slots)).With("session_id", id).
-			WithSuggestion("wait for a running execution to finish, or use another session")
-	}
-}
-
-// CommandRequest is a shell line to run in a session.
+// CommandRequest is a shell line, or a program and its arguments, to run
+// in a session.
 type CommandRequest struct {
 	// Command is a whole shell line: pipes, redirects and && work.
 	Command string
+	// Args, when Command is empty, is a program and its arguments, run as
+	// they are with no shell.
+	Args []string
 	Cwd     string
 	Env     map[string]string
 	// Timeout kills the command when it passes; 0 means 30s.
@@ -114,17 +33,49 @@ type CommandRequest struct {
 
 // CommandResult is how a command ended.
 type CommandResult struct {
-	Stdout, Stderr []byte
-	ExitCode       int
-	Duration       time.Duration
+	// Stdout and Stderr are the first Options.MaxOutputBytes of each;
+	// StdoutDropped and StderrDropped count what came after.
+	Stdout, Stderr               []byte
+	StdoutDropped, StderrDropped int64
+	ExitCode                     int
+	// Exited is false when a signal ended the command; Status then says
+	// which ("signal: killed").
+	Exited   bool
+	Status   string
+	Duration time.Duration
+}
+
+// capped keeps the first max bytes written to it and counts the rest.
+type capped struct {
+	buf     bytes.Buffer
+	max     int64
+	dropped int64
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	room := c.max - int64(c.buf.Len())
+	switch {
+	case room <= 0:
+		c.dropped += int64(len(p))
+	case int64(len(p)) > room:
+		c.buf.Write(p[:room])
+		c.dropped += int64(len(p)) - room
+	default:
+		c.buf.Write(p)
+	}
+	return len(p), nil
 }
 
 // RunCommand runs req in owner's session and returns once it ended. The
 // session's env and req.Env reach the command; output also streams to
 // onOutput (if set) as it comes.
 func (m *Manager) RunCommand(ctx context.Context, owner, id string, req CommandRequest, onOutput func(stderr bool, b []byte)) (*CommandResult, error) {
+	argv := []string{"/bin/bash", "-c", req.Command}
 	if req.Command == "" {
-		return nil, mcpbox.Errorf(mcpbox.EINVALID, "command is empty")
+		if len(req.Args) == 0 || req.Args[0] == "" {
+			return nil, mcpbox.Errorf(mcpbox.EINVALID, "command is empty").WithSuggestion("pass the shell line to run")
+		}
+		argv = req.Args
 	}
 	if req.Timeout == 0 {
 		req.Timeout = 30 * time.Second
@@ -141,26 +92,27 @@ func (m *Manager) RunCommand(ctx context.Context, owner, id string, req CommandR
 		return nil, err
 	}
 	defer release()
-	var out, errb bytes.Buffer
-	stdout, stderr := io.Writer(&out), io.Writer(&errb)
+	out, errb := &capped{max: m.opts.MaxOutputBytes}, &capped{max: m.opts.MaxOutputBytes}
+	stdout, stderr := io.Writer(out), io.Writer(errb)
 	if onOutput != nil {
-		stdout = io.MultiWriter(&out, writerFunc(func(b []byte) { onOutput(false, b) }))
-		stderr = io.MultiWriter(&errb, writerFunc(func(b []byte) { onOutput(true, b) }))
+		stdout = io.MultiWriter(out, writerFunc(func(b []byte) { onOutput(false, b) }))
+		stderr = io.MultiWriter(errb, writerFunc(func(b []byte) { onOutput(true, b) }))
 	}
 	rctx, cancel := context.WithTimeout(ctx, req.Timeout)
 	defer cancel()
 	start := time.Now()
-	res, err := c.client.Run(rctx, agentclient.Command{Cmd: "/bin/bash", Args: []string{"-c", req.Command},
+	res, err := c.client.Run(rctx, agentclient.Command{Cmd: argv[0], Args: argv[1:],
 		Env: mergeEnv(s.Env, req.Env), Cwd: req.Cwd}, stdout, stderr)
 	if err != nil {
 		if rctx.Err() != nil && ctx.Err() == nil {
 			return nil, mcpbox.Errorf(mcpbox.ETIMEOUT, "the command ran past its timeout of %s and was killed", req.Timeout).
-				With("timeout_seconds", req.Timeout.Seconds()).With("stdout", out.String()).
+				With("timeout_seconds", req.Timeout.Seconds()).With("stdout", out.buf.String()).
 				WithSuggestion("raise the timeout, or run it with background: true")
 		}
 		return nil, agentError(err)
 	}
-	return &CommandResult{Stdout: out.Bytes(), Stderr: errb.Bytes(), ExitCode: res.ExitCode, Duration: time.Since(start)}, nil
+	return &CommandResult{Stdout: out.buf.Bytes(), Stderr: errb.buf.Bytes(), StdoutDropped: out.dropped, StderrDropped: errb.dropped,
+		ExitCode: res.ExitCode, Exited: res.Exited, Status: res.Status, Duration: time.Since(start)}, nil
 }
 
 type writerFunc func([]byte)
@@ -178,7 +130,8 @@ func mergeEnv(a, b map[string]string) map[string]string {
 	return out
 }
 
-// ReadFile returns a file of owner's session.
+// ReadFile returns a file of owner's session, up to Options.MaxFileBytes:
+// a larger one is refused, not truncated, and never buffered whole.
 func (m *Manager) ReadFile(ctx context.Context, owner, id, path string) ([]byte, error) {
 	_, c, err := m.conn(ctx, owner, id)
 	if err != nil {
@@ -189,7 +142,16 @@ func (m *Manager) ReadFile(ctx context.Context, owner, id, path string) ([]byte,
 		return nil, agentError(err)
 	}
 	defer rc.Close()
-	return io.ReadAll(rc)
+	b, err := io.ReadAll(io.LimitReader(rc, m.opts.MaxFileBytes+1))
+	if err != nil {
+		return nil, agentError(err)
+	}
+	if int64(len(b)) > m.opts.MaxFileBytes {
+		return nil, mcpbox.Errorf(mcpbox.ELIMIT, "%s is larger than the %d bytes a file read returns", path, m.opts.MaxFileBytes).
+			With("limit_bytes", m.opts.MaxFileBytes).
+			WithSuggestion("read part of it with a command (head -c, tail -c, sed -n), or compress it first")
+	}
+	return b, nil
 }
 
 // WriteFile writes a file in owner's session, creating parents.
@@ -202,7 +164,7 @@ func (m *Manager) WriteFile(ctx context.Context, owner, id, path string, data []
 }
 
 // ListFiles lists a directory of owner's session, depth levels deep.
-func (m *Manager) ListFiles(ctx context.Context, owner, id, path string, depth int) ([]*filesystempb.EntryInfo, error) {
+func (m *Manager) ListFiles(ctx context.Context, owner, id, path string, depth int) ([]mcpbox.FileInfo, error) {
 	_, c, err := m.conn(ctx, owner, id)
 	if err != nil {
 		return nil, err
@@ -211,7 +173,25 @@ func (m *Manager) ListFiles(ctx context.Context, owner, id, path string, depth i
 	if err != nil {
 		return nil, agentError(err)
 	}
-	return resp.Msg.GetEntries(), nil
+	out := make([]mcpbox.FileInfo, 0, len(resp.Msg.GetEntries()))
+	for _, e := range resp.Msg.GetEntries() {
+		fi := mcpbox.FileInfo{Name: e.GetName(), Path: e.GetPath(), Size: e.GetSize(), Mode: e.GetMode(), Permissions: e.GetPermissions(),
+			SymlinkTarget: e.GetSymlinkTarget(), Type: mcpbox.FileOther}
+		if t := e.GetModifiedTime(); t != nil {
+			fi.ModTime = t.AsTime()
+		}
+		switch e.GetType() {
+		case filesystempb.FileType_FILE_TYPE_FILE:
+			fi.Type = mcpbox.FileRegular
+		case filesystempb.FileType_FILE_TYPE_DIRECTORY:
+			fi.Type = mcpbox.FileDirectory
+		}
+		if fi.SymlinkTarget != "" {
+			fi.Type = mcpbox.FileSymlink
+		}
+		out = append(out, fi)
+	}
+	return out, nil
 }
 
 // agentError maps what the agent answered to a domain error.
@@ -252,19 +232,17 @@ func connectMessage(err error) string {
 	return err.Error()
 }
 
-// WarmPython starts a sandbox's default Python context by running an empty
-// cell, so the first real execution finds a live kernel.
-func WarmPython(ctx context.Context, sb *mcpbox.Sandbox) error {
-	c := agentclient.New(sb.Endpoint)
-	defer c.Close()
-	var failed agentclient.Event
-	err := c.Execute(ctx, agentclient.ExecuteRequest{Code: "pass", Language: "python"}, func(ev agentclient.Event) {
-		if ev.Type() == "error" {
-			failed = ev
+// WarmPython starts a sandbox's default Python context through rt by
+// running an empty cell, so the first real execution finds a live kernel.
+func WarmPython(ctx context.Context, rt http.RoundTripper) error {
+	var failed *mcpbox.CodeError
+	err := agentclient.New(rt).Execute(ctx, agentclient.ExecuteRequest{Code: "pass", Language: "python"}, func(ev mcpbox.CodeEvent) {
+		if ev.Error != nil {
+			failed = ev.Error
 		}
 	})
 	if err == nil && failed != nil {
-		err = fmt.Errorf("warm the python kernel: %v: %v", failed["name"], failed["value"])
+		err = fmt.Errorf("warm the python kernel: %s: %s", failed.Name, failed.Value)
 	}
 	return err
 }
@@ -284,9 +262,11 @@ type CodeRequest struct {
 
 // ExecuteCode runs code in a kernel of owner's session, calling onEvent
 // for every event as it comes (stdout, stderr, result, error,
-// return_value, number_of_executions, end_of_execution). The session's env
-// and req.Env reach the code.
-func (m *Manager) ExecuteCode(ctx context.Context, owner, id string, req CodeRequest, onEvent func(agentclient.Event)) error {
+// return_value, number_of_executions, end_of_execution — which says
+// whether the cell was interrupted at its timeout). The session's env and
+// req.Env reach the code. Past Options.MaxCodeReplyBytes of events, the
+// rest are dropped but for end_of_execution, and a stderr event says so.
+func (m *Manager) ExecuteCode(ctx context.Context, owner, id string, req CodeRequest, onEvent func(mcpbox.CodeEvent)) error {
 	if req.Language != "" && req.ContextID != "" {
 		return mcpbox.Errorf(mcpbox.EINVALID, "give a language or a context_id, not both")
 	}
@@ -317,7 +297,34 @@ func (m *Manager) ExecuteCode(ctx context.Context, owner, id string, req CodeReq
 	if req.Event != nil {
 		areq.Event = req.Event
 	}
-	return agentError(c.client.Execute(ctx, areq, onEvent))
+	var used int64
+	over := false
+	return agentError(c.client.Execute(ctx, areq, func(ev mcpbox.CodeEvent) {
+		if ev.Type != mcpbox.EventEndOfExecution {
+			used += eventSize(&ev)
+			if used > m.opts.MaxCodeReplyBytes {
+				if !over {
+					over = true
+					onEvent(mcpbox.CodeEvent{Type: mcpbox.EventStderr,
+						Text: fmt.Sprintf("\n[mcpbox: this execution sent more than %d bytes of output and results; the rest was dropped]\n", m.opts.MaxCodeReplyBytes)})
+				}
+				return
+			}
+		}
+		onEvent(ev)
+	}))
+}
+
+// eventSize is about what an event costs to keep.
+func eventSize(ev *mcpbox.CodeEvent) int64 {
+	n := len(ev.Text) + len(ev.Value)
+	if r := ev.Result; r != nil {
+		n += len(r.HTML) + len(r.Markdown) + len(r.LaTeX) + len(r.JSON) + len(r.PNG) + len(r.JPEG) + len(r.SVG)
+	}
+	if e := ev.Error; e != nil {
+		n += len(e.Name) + len(e.Value) + len(e.Traceback)
+	}
+	return int64(n)
 }
 
 // Languages returns the languages of the kernels owner's session has
@@ -333,14 +340,12 @@ func (m *Manager) Languages(ctx context.Context, owner, id string) ([]string, er
 	}
 	m.connMu.Lock()
 	c := m.conns[id]
-	m.connMu.Unlock()
-	client := agentclient.New(s.Sandbox.Endpoint)
-	if c != nil {
-		client = c.client
-	} else {
-		defer client.Close()
+	if c == nil {
+		c = m.newConn(id)
+		m.conns[id] = c
 	}
-	list, err := client.Contexts(ctx)
+	m.connMu.Unlock()
+	list, err := c.client.Contexts(ctx)
 	if err != nil {
 		return nil, agentError(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/mcpbox/mcpbox"
-	"github.com/mcpbox/mcpbox/agentclient"
 	"github.com/mcpbox/mcpbox/internal/testutil"
 	"github.com/mcpbox/mcpbox/manager"
 	"github.com/mcpbox/mcpbox/runtime/local"
@@ -105,14 +104,14 @@ func TestExecution(t *testing.T) {
 	})
 	t.Run("code", func(t *testing.T) {
 		collect := func(req manager.CodeRequest) (out, result, errName string) {
-			err := m.ExecuteCode(ctx, "alice", s.ID, req, func(ev agentclient.Event) {
-				switch ev.Type() {
+			err := m.ExecuteCode(ctx, "alice", s.ID, req, func(ev mcpbox.CodeEvent) {
+				switch ev.Type {
 				case "stdout":
-					out += ev.Text()
+					out += ev.Text
 				case "result":
-					result = ev.Text()
+					result = ev.Text
 				case "error":
-					errName, _ = ev["name"].(string)
+					errName = ev.Error.Name
 				}
 			})
 			if err != nil {
@@ -148,7 +147,7 @@ func TestExecution(t *testing.T) {
 			t.Errorf("read %q, %v", b, err)
 		}
 		ents, err := m.ListFiles(ctx, "alice", s.ID, "/workspace", 2)
-		if err != nil || len(ents) != 2 || filepath.Base(ents[1].GetPath()) != "a.txt" {
+		if err != nil || len(ents) != 2 || filepath.Base(ents[1].Path) != "a.txt" {
 			t.Errorf("list = %v, %v", ents, err)
 		}
 		if _, err := m.ReadFile(ctx, "alice", s.ID, "/workspace/missing"); mcpbox.ErrorCode(err) != mcpbox.ENOTFOUND {
@@ -174,9 +173,7 @@ func TestWarmPoolEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close(ctx)
-	if err := m.StartPools(ctx); err != nil {
-		t.Fatal(err)
-	}
+	go m.Run(ctx)
 	var warm []*mcpbox.Sandbox
 	for range 200 {
 		if warm, _ = rt.List(ctx); len(warm) == 1 && m.PoolStats()["/small"] == 1 {
@@ -197,9 +194,9 @@ func TestWarmPoolEnv(t *testing.T) {
 		t.Fatalf("session %s did not come from the pool (%s)", s.ID, warm[0].ID)
 	}
 	var out strings.Builder
-	err = m.ExecuteCode(ctx, "alice", s.ID, manager.CodeRequest{Code: "import os; print(os.environ['GREETING'])"}, func(ev agentclient.Event) {
-		if ev.Type() == "stdout" {
-			out.WriteString(ev.Text())
+	err = m.ExecuteCode(ctx, "alice", s.ID, manager.CodeRequest{Code: "import os; print(os.environ['GREETING'])"}, func(ev mcpbox.CodeEvent) {
+		if ev.Type == "stdout" {
+			out.WriteString(ev.Text)
 		}
 	})
 	if err != nil || out.String() != "from the caller\n" {

@@ -19,7 +19,7 @@ func (m *Manager) Get(ctx context.Context, owner, id string) (*mcpbox.Session, e
 	if err != nil {
 		return nil, err
 	}
-	if s.Owner != owner {
+	if s.Owner != owner || s.State == mcpbox.SessionPooled {
 		return nil, mcpbox.SessionNotFound(id)
 	}
 	return s, nil
@@ -41,24 +41,44 @@ func (m *Manager) Stop(ctx context.Context, owner, id string) error {
 	return m.end(ctx, s, mcpbox.SessionStopped)
 }
 
-// end destroys s's sandbox and records its final state.
+// maxCASRetries bounds how often an update re-reads a record another
+// writer changed under it; each retry is one store round trip.
+const maxCASRetries = 8
+
+// end destroys s's sandbox and records its final state. The record moves
+// to stopping by compare-and-swap first: whoever wins that ends the
+// session, and a Touch that read it before can no longer write it back as
+// running.
 func (m *Manager) end(ctx context.Context, s *mcpbox.Session, state mcpbox.SessionState) error {
-	if s.State != mcpbox.SessionRunning {
-		return nil
+	for try := 0; ; try++ {
+		if s.State != mcpbox.SessionRunning {
+			return nil
+		}
+		s.State = mcpbox.SessionStopping
+		err := m.opts.Store.UpdateSession(ctx, s, nil)
+		if err == nil {
+			break
+		}
+		if mcpbox.ErrorCode(err) != mcpbox.ECONFLICT || try >= maxCASRetries {
+			return err
+		}
+		if s, err = m.opts.Store.GetSession(ctx, s.ID); err != nil {
+			return err
+		}
 	}
+	return m.finish(ctx, s, state)
+}
+
+// finish destroys the sandbox of a record in stopping and records state.
+func (m *Manager) finish(ctx context.Context, s *mcpbox.Session, state mcpbox.SessionState) error {
 	m.dropConn(s.ID)
 	if err := m.opts.Runtime.Destroy(context.WithoutCancel(ctx), s.ID); err != nil {
 		return err
 	}
 	s.State = state
-	if err := m.opts.Store.PutSession(ctx, s); err != nil {
+	if err := m.opts.Store.UpdateSession(context.WithoutCancel(ctx), s, nil); err != nil {
 		return err
 	}
-	m.mu.Lock()
-	if m.live[s.Owner]--; m.live[s.Owner] <= 0 {
-		delete(m.live, s.Owner)
-	}
-	m.mu.Unlock()
 	ev := mcpbox.EventStopped
 	if state == mcpbox.SessionExpired {
 		ev = mcpbox.EventExpired
@@ -70,22 +90,39 @@ func (m *Manager) end(ctx context.Context, s *mcpbox.Session, state mcpbox.Sessi
 
 // Touch records a use of owner's session, pushing back its idle timeout.
 func (m *Manager) Touch(ctx context.Context, owner, id string) (*mcpbox.Session, error) {
-	s, err := m.Get(ctx, owner, id)
-	if err != nil {
-		return nil, err
+	s, wrote, err := m.touch(ctx, owner, id)
+	if err == nil && wrote {
+		m.pushDeadline(s)
 	}
-	if s.State != mcpbox.SessionRunning {
-		return nil, mcpbox.Errorf(mcpbox.ESESSION, "session %q has %s", id, s.State).
-			WithSuggestion("create a new session")
+	return s, err
+}
+
+// touch is Touch, and says whether it wrote the record.
+func (m *Manager) touch(ctx context.Context, owner, id string) (*mcpbox.Session, bool, error) {
+	for try := 0; ; try++ {
+		s, err := m.Get(ctx, owner, id)
+		if err != nil {
+			return nil, false, err
+		}
+		if s.State != mcpbox.SessionRunning {
+			return nil, false, mcpbox.Errorf(mcpbox.ESESSION, "session %q has %s", id, s.State).
+				WithSuggestion("create a new session")
+		}
+		now := m.opts.Now().UTC()
+		// A use within a second of the recorded one changes no deadline that
+		// matters; skipping the write takes a store round trip off every call.
+		if now.Sub(s.LastUsed) < recordTTL {
+			return s, false, nil
+		}
+		s.LastUsed = now
+		err = m.opts.Store.UpdateSession(ctx, s, nil)
+		if err == nil {
+			return s, true, nil
+		}
+		if mcpbox.ErrorCode(err) != mcpbox.ECONFLICT || try >= maxCASRetries {
+			return nil, false, err
+		}
 	}
-	now := m.opts.Now().UTC()
-	// A use within a second of the recorded one changes no deadline that
-	// matters; skipping the write takes a store round trip off every call.
-	if now.Sub(s.LastUsed) < recordTTL {
-		return s, nil
-	}
-	s.LastUsed = now
-	return s, m.opts.Store.PutSession(ctx, s)
 }
 
 // SetTimeout makes owner's session expire d from now (E2B's
@@ -95,16 +132,29 @@ func (m *Manager) SetTimeout(ctx context.Context, owner, id string, d time.Durat
 		return mcpbox.Errorf(mcpbox.ELIMIT, "timeout %s is outside 0..%s", d, m.opts.MaxTTL).
 			With("max_ttl_seconds", m.opts.MaxTTL.Seconds())
 	}
-	s, err := m.Touch(ctx, owner, id)
-	if err != nil {
-		return err
+	for try := 0; ; try++ {
+		s, err := m.Get(ctx, owner, id)
+		if err != nil {
+			return err
+		}
+		if s.State != mcpbox.SessionRunning {
+			return mcpbox.Errorf(mcpbox.ESESSION, "session %q has %s", id, s.State).WithSuggestion("create a new session")
+		}
+		now := m.opts.Now().UTC()
+		s.LastUsed, s.ExpiresAt = now, now.Add(d)
+		err = m.opts.Store.UpdateSession(ctx, s, nil)
+		if err == nil {
+			m.pushDeadline(s)
+			return nil
+		}
+		if mcpbox.ErrorCode(err) != mcpbox.ECONFLICT || try >= maxCASRetries {
+			return err
+		}
 	}
-	s.ExpiresAt = m.opts.Now().UTC().Add(d)
-	return m.opts.Store.PutSession(ctx, s)
 }
 
 // Reap stops every running session past its deadline and returns how many
-// it stopped. Run it from a ticker (see RunReaper) or, in tests, directly.
+// it stopped. The maintainer runs it (see Run); tests call it directly.
 func (m *Manager) Reap(ctx context.Context) (int, error) {
 	live, err := m.opts.Store.ListSessions(ctx, mcpbox.SessionFilter{States: []mcpbox.SessionState{mcpbox.SessionRunning}})
 	if err != nil {
@@ -123,22 +173,6 @@ func (m *Manager) Reap(ctx context.Context) (int, error) {
 		}
 	}
 	return n, errors.Join(errs...)
-}
-
-// RunReaper calls Reap every interval until ctx ends.
-func (m *Manager) RunReaper(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if _, err := m.Reap(ctx); err != nil {
-				m.log.Warn("reaper", "err", err)
-			}
-		}
-	}
 }
 
 // Subscribe returns a channel of lifecycle events and a function that ends
@@ -196,15 +230,13 @@ func (m *Manager) StopAll(ctx context.Context) (int, error) {
 	return len(live), errors.Join(errs...)
 }
 
-// LiveSessions counts the sessions that hold a sandbox, warm pools aside.
+// LiveSessions counts the running sessions in the store, pools aside.
 func (m *Manager) LiveSessions() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	n := 0
-	for _, c := range m.live {
-		n += c
+	live, err := m.opts.Store.ListSessions(context.Background(), mcpbox.SessionFilter{States: []mcpbox.SessionState{mcpbox.SessionRunning}})
+	if err != nil {
+		return 0
 	}
-	return n
+	return len(live)
 }
 
 // Ready reports whether the manager can serve: its store answers.

@@ -1,7 +1,26 @@
 // Package manager is the session manager every protocol adapter goes
 // through: it creates sessions on a runtime, keeps their records in a
-// Store, enforces owners and limits, expires idle and old sessions, and
-// tells subscribers what happened.
+// Store, enforces owners and limits, expires idle and old sessions, keeps
+// warm pools, and tells subscribers what happened.
+//
+// # One door
+//
+// Every byte that reaches a sandbox's agent goes through Agent (door.go):
+// it checks ownership, records the use and counts the call, then hands
+// back an http.RoundTripper built on Runtime.Dial. The typed operations
+// (code, commands, files) are built on the same door; the E2B adapter
+// forwards raw envd traffic through it.
+//
+// # One truth
+//
+// Several mcpbox processes may share one store (Claude Desktop and Cursor
+// each start `mcpbox mcp` beside a `serve`). The store is the truth: every
+// sandbox has a record from the moment it is being made, records change
+// only by compare-and-swap, limits are checked in the same write that
+// admits a record, and each record names the process (its Holder) whose
+// lease covers it. One process at a time — the one holding the
+// "maintainer" lease — reaps, fills the pools and takes over the records
+// of processes whose lease expired (lease.go, recover.go).
 //
 // Ownership is absolute: an owner never sees, uses or learns of another
 // owner's session. To them it does not exist, so every lookup of a session
@@ -14,6 +33,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"sync"
 	"time"
 
@@ -24,13 +44,25 @@ import (
 type Options struct {
 	Runtime mcpbox.Runtime
 	Store   mcpbox.Store
-	// MaxSessions caps live sessions in total; default 100.
+	// MaxSessions caps live sandboxes in total (pools included), across
+	// every process sharing Store; default 100.
 	MaxSessions int
 	// MaxSessionsPerOwner caps one owner's live sessions; default 20.
 	MaxSessionsPerOwner int
 	// MaxConcurrentExecutions caps executions at once in one session;
 	// default 4.
 	MaxConcurrentExecutions int
+	// MaxBackgroundCommands caps the background commands running at once
+	// in one session; default 8.
+	MaxBackgroundCommands int
+	// MaxOutputBytes caps what a command's stdout and its stderr keep on
+	// the host, each; default 1 MiB. The rest is counted and dropped.
+	MaxOutputBytes int64
+	// MaxFileBytes caps a file ReadFile returns; default 16 MiB.
+	MaxFileBytes int64
+	// MaxCodeReplyBytes caps the events of one code execution kept on the
+	// host (results, images, output); default 64 MiB.
+	MaxCodeReplyBytes int64
 	// DefaultIdleTimeout ends a session unused this long; default 15m.
 	DefaultIdleTimeout time.Duration
 	// DefaultTTL is a session's life when the caller names none; default 1h.
@@ -39,19 +71,31 @@ type Options struct {
 	MaxTTL time.Duration
 	// Flavors adds custom flavors to the built-in ones.
 	Flavors map[string]mcpbox.Flavor
-	// HostCPUs and HostMemoryBytes are what the host can give; a flavor
-	// asking for more is refused. Zero means unchecked.
+	// HostCPUs and HostMemoryBytes are what the host can give. A flavor
+	// asking for more is refused, and so is a sandbox that would take the
+	// live sandboxes' memory (RAM and their in-memory disks) past
+	// HostMemoryBytes × Overcommit. Zero means unchecked.
 	HostCPUs        float64
 	HostMemoryBytes int64
+	// Overcommit is how many times the host's memory live sandboxes may
+	// be promised in total; default 4 (most sandboxes use a small part of
+	// their limit, and each is fenced by its own).
+	Overcommit float64
 	// VolumeRoots are the host directories volumes may come from.
 	VolumeRoots []string
-	// Volumes are mapped into every session (from the config).
+	// Volumes are mapped into every session (from the config). One that
+	// fails its checks is reported in the log and left out, never fatal.
 	Volumes []mcpbox.Volume
 	// Pools are the warm pools to keep filled.
 	Pools []PoolSpec
-	// WarmKernel readies a pool sandbox's default Python context; nil
-	// uses the agent (WarmPython). Tests with a fake runtime set a no-op.
-	WarmKernel func(context.Context, *mcpbox.Sandbox) error
+	// WarmKernel readies a pool sandbox's default Python context through
+	// its agent; nil uses WarmPython. Tests set a no-op.
+	WarmKernel func(context.Context, http.RoundTripper) error
+	// Holder names this process in the store's leases; default random.
+	Holder string
+	// LeaseTTL is how long a process's lease lasts unrenewed; default 15s.
+	// Its sandboxes are taken over this long after it dies.
+	LeaseTTL time.Duration
 	// Now is the clock; default time.Now. Tests pass a fake.
 	Now func() time.Time
 	// Logger receives the manager's logs; nil discards them.
@@ -63,14 +107,13 @@ type Manager struct {
 	opts    Options
 	flavors map[string]mcpbox.Flavor
 	log     *slog.Logger
+	holder  string
+	// volumes are the configured volumes that passed their checks.
+	volumes []mcpbox.Volume
 
-	mu sync.Mutex
-	// live counts sessions that hold a sandbox, by owner; kept in memory
-	// so limits are checked without a store round trip.
-	live    map[string]int
-	pending map[string]int // sessions on their way, counted against the limits too
-	subs    map[chan mcpbox.Event]struct{}
-	pools   map[string]*pool
+	mu    sync.Mutex
+	subs  map[chan mcpbox.Event]struct{}
+	pools map[string]*pool
 
 	connMu sync.Mutex
 	conns  map[string]*sessionConn // by session id
@@ -79,12 +122,14 @@ type Manager struct {
 	// bring their connection back.
 	ended map[string]time.Time
 
-	bgMu sync.Mutex
-	bg   map[string]*background // by handle
+	leader bool // holds the maintainer lease; under mu
+	stop   chan struct{}
+	wg     sync.WaitGroup
 }
 
-// New returns a Manager. It loads the live sessions' owners from the store
-// so limits hold across restarts.
+// New returns a Manager and takes this process's lease in the store.
+// Call Run to keep the lease and, when this process is the maintainer,
+// reap, recover and fill the pools.
 func New(ctx context.Context, opts *Options) (*Manager, error) {
 	if opts == nil || opts.Runtime == nil || opts.Store == nil {
 		return nil, fmt.Errorf("manager: a Runtime and a Store are required")
@@ -93,20 +138,30 @@ func New(ctx context.Context, opts *Options) (*Manager, error) {
 	setDefault(&o.MaxSessions, 100)
 	setDefault(&o.MaxSessionsPerOwner, 20)
 	setDefault(&o.MaxConcurrentExecutions, 4)
+	setDefault(&o.MaxBackgroundCommands, 8)
+	setDefault(&o.MaxOutputBytes, 1<<20)
+	setDefault(&o.MaxFileBytes, 16<<20)
+	setDefault(&o.MaxCodeReplyBytes, 64<<20)
 	setDefault(&o.DefaultIdleTimeout, 15*time.Minute)
 	setDefault(&o.DefaultTTL, time.Hour)
 	setDefault(&o.MaxTTL, 24*time.Hour)
+	setDefault(&o.Overcommit, 4)
+	setDefault(&o.LeaseTTL, 15*time.Second)
+	if o.Holder == "" {
+		o.Holder = mcpbox.NewID()[:12]
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
 	if o.WarmKernel == nil {
 		o.WarmKernel = WarmPython
 	}
-	m := &Manager{opts: o, flavors: maps.Clone(mcpbox.Flavors), live: map[string]int{}, pending: map[string]int{}, pools: map[string]*pool{}, conns: map[string]*sessionConn{}, ended: map[string]time.Time{}, bg: map[string]*background{}, subs: map[chan mcpbox.Event]struct{}{}}
-	for _, v := range o.Volumes {
-		if err := m.checkVolume(v); err != nil {
-			return nil, err
-		}
+	m := &Manager{opts: o, flavors: maps.Clone(mcpbox.Flavors), holder: o.Holder, pools: map[string]*pool{},
+		conns: map[string]*sessionConn{}, ended: map[string]time.Time{}, subs: map[chan mcpbox.Event]struct{}{},
+		stop: make(chan struct{})}
+	m.log = o.Logger
+	if m.log == nil {
+		m.log = slog.New(slog.DiscardHandler)
 	}
 	for name, f := range o.Flavors {
 		f.Name = name
@@ -115,26 +170,29 @@ func New(ctx context.Context, opts *Options) (*Manager, error) {
 		}
 		m.flavors[name] = f
 	}
-	m.log = o.Logger
-	if m.log == nil {
-		m.log = slog.New(slog.DiscardHandler)
+	// A bad volume in the config is the config's problem, not a reason
+	// for the server not to start: it is reported and left out.
+	for _, v := range o.Volumes {
+		cv, err := m.checkVolume(v)
+		if err != nil {
+			m.log.Error("volume left out of every session", "volume", v.String(), "err", err)
+			continue
+		}
+		m.volumes = append(m.volumes, cv)
 	}
-	live, err := o.Store.ListSessions(ctx, mcpbox.SessionFilter{States: []mcpbox.SessionState{mcpbox.SessionRunning}})
-	if err != nil {
+	if err := m.renewLease(ctx); err != nil {
 		return nil, err
 	}
-	for _, s := range live {
-		m.live[s.Owner]++
+	for _, spec := range o.Pools {
+		if err := m.addPool(spec); err != nil {
+			return nil, err
+		}
 	}
 	return m, nil
 }
 
-// StartPools starts filling the warm pools of Options.Pools. Call it after
-// Recover, which would otherwise take pool sandboxes for orphans.
-func (m *Manager) StartPools(ctx context.Context) error { return m.startPools(ctx, m.opts.Pools) }
-
-// Close destroys the warm pools' idle sandboxes. Sessions are left alone.
-func (m *Manager) Close(ctx context.Context) { m.drainPools(ctx) }
+// Holder returns the name this process holds its lease under.
+func (m *Manager) Holder() string { return m.holder }
 
 func setDefault[T comparable](v *T, def T) {
 	var zero T
@@ -152,8 +210,12 @@ type CreateRequest struct {
 	// Volumes are mapped in addition to the configured ones; each must lie
 	// under Options.VolumeRoots.
 	Volumes     []mcpbox.Volume
+	Network     *mcpbox.NetworkPolicy
 	TTL         time.Duration // 0: DefaultTTL
 	IdleTimeout time.Duration // 0: DefaultIdleTimeout
+	// Ephemeral sessions end with the process that made them (mcpbox
+	// run): their sandbox is never left behind, even after a SIGKILL.
+	Ephemeral bool
 }
 
 // Flavor resolves a flavor name against built-in and custom flavors and
@@ -175,7 +237,42 @@ func (m *Manager) Flavor(name string) (mcpbox.Flavor, error) {
 	return f, nil
 }
 
-// Create starts a session for owner.
+// admission is the store's part of the limits.
+func (m *Manager) admission() mcpbox.Admission {
+	return mcpbox.Admission{MaxTotal: m.opts.MaxSessions, MaxPerOwner: m.opts.MaxSessionsPerOwner}
+}
+
+// promised is what a flavor takes from the host's memory: its RAM and
+// its disk, which lives in memory (tmpfs) too.
+func promised(f mcpbox.Flavor) int64 { return f.MemoryBytes + f.DiskBytes }
+
+// checkCapacity refuses a new sandbox of fl when the live ones already
+// promise what the host can give, times the overcommit ratio. The sum is
+// read from the store, so it covers every process sharing it.
+func (m *Manager) checkCapacity(ctx context.Context, fl mcpbox.Flavor) error {
+	if m.opts.HostMemoryBytes <= 0 {
+		return nil
+	}
+	live, err := m.opts.Store.ListSessions(ctx, mcpbox.SessionFilter{States: mcpbox.LiveStates})
+	if err != nil {
+		return err
+	}
+	var sum int64
+	for _, s := range live {
+		sum += promised(s.Flavor)
+	}
+	limit := int64(float64(m.opts.HostMemoryBytes) * m.opts.Overcommit)
+	if sum+promised(fl) > limit {
+		return mcpbox.Errorf(mcpbox.ELIMIT, "the host cannot take another %q sandbox: live sandboxes are promised %d MiB of memory and disk, and a %s one needs %d MiB more, past the %d MiB this host allows (%d MiB × overcommit %g)",
+			fl.Name, sum>>20, fl.Name, promised(fl)>>20, limit>>20, m.opts.HostMemoryBytes>>20, m.opts.Overcommit).
+			With("promised_mib", sum>>20).With("limit_mib", limit>>20).
+			WithSuggestion("stop sessions you no longer need, use a smaller flavor, or raise overcommit in the config")
+	}
+	return nil
+}
+
+// Create starts a session for owner: a warm sandbox from a pool when one
+// fits, a new one otherwise.
 func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (*mcpbox.Session, error) {
 	if owner == "" {
 		return nil, mcpbox.Errorf(mcpbox.EINVALID, "a session needs an owner")
@@ -185,12 +282,16 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 		return nil, err
 	}
 	// Only the host template exists so far; naming it is allowed.
-	if req.Template == "default" {
+	if req.Template == "default" || req.Template == "base" {
 		req.Template = ""
 	}
 	if req.Template != "" {
 		return nil, mcpbox.Errorf(mcpbox.EINVALID, "unknown template %q", req.Template).
 			WithSuggestion("leave template out, or use \"default\"")
+	}
+	if req.Network != nil {
+		return nil, mcpbox.Errorf(mcpbox.EUNSUPPORTED, "network access is not available yet: sandboxes have no network").
+			WithSuggestion("leave network out")
 	}
 	ttl := req.TTL
 	if ttl == 0 {
@@ -205,12 +306,10 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 	if idle == 0 {
 		idle = m.opts.DefaultIdleTimeout
 	}
-	vols, err := m.volumesFor(req.Volumes)
-	if err != nil {
-		return nil, err
+	if idle < 0 {
+		return nil, mcpbox.Errorf(mcpbox.EINVALID, "idle timeout %s is negative", idle)
 	}
-	// A warm sandbox has only the configured volumes.
-	warm, err := m.reserve(owner, req.Template, fl.Name, len(req.Volumes) == 0)
+	vols, err := m.volumesFor(req.Volumes)
 	if err != nil {
 		return nil, err
 	}
@@ -218,18 +317,28 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 	s := &mcpbox.Session{
 		ID: mcpbox.NewID(), Owner: owner, State: mcpbox.SessionCreating, Template: req.Template,
 		Flavor: fl, Env: req.Env, Metadata: req.Metadata, Volumes: vols,
-		Created: now, LastUsed: now, ExpiresAt: now.Add(ttl), IdleTimeout: idle,
+		Created: now, LastUsed: now, ExpiresAt: now.Add(ttl), IdleTimeout: idle, Holder: m.holder,
 	}
-	// A warm sandbox becomes the session: its id is the sandbox's. The
-	// caller's env is applied to every process the session starts.
-	sb := warm
-	if sb != nil {
-		s.ID = sb.ID
-	} else {
-		sb, err = m.opts.Runtime.Create(ctx, mcpbox.SandboxSpec{ID: s.ID, Flavor: fl, Env: req.Env, Volumes: vols, Prestart: prestart})
+	// A warm sandbox has only the configured volumes. The caller's env is
+	// applied to every process the session starts.
+	if len(req.Volumes) == 0 && !req.Ephemeral {
+		if warm, err := m.claimWarm(ctx, s); err != nil || warm != nil {
+			if warm != nil {
+				m.pushDeadline(warm)
+			}
+			return warm, err
+		}
 	}
+	if err := m.checkCapacity(ctx, fl); err != nil {
+		return nil, err
+	}
+	if err := m.opts.Store.CreateSession(ctx, s, m.admission()); err != nil {
+		return nil, err
+	}
+	sb, err := m.opts.Runtime.Create(ctx, mcpbox.SandboxSpec{ID: s.ID, Flavor: fl, Template: req.Template,
+		Env: req.Env, Volumes: vols, Network: req.Network, Prestart: prestart, Ephemeral: req.Ephemeral})
 	if err != nil {
-		m.release(owner, false)
+		m.opts.Store.DeleteSession(context.WithoutCancel(ctx), s.ID)
 		if mcpbox.ErrorCode(err) == mcpbox.EINTERNAL {
 			err = mcpbox.Errorf(mcpbox.ECREATE, "create sandbox").Wrap(err)
 		}
@@ -237,68 +346,13 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 	}
 	s.Sandbox = sb
 	s.State = mcpbox.SessionRunning
-	if err := m.opts.Store.PutSession(ctx, s); err != nil {
+	if err := m.opts.Store.UpdateSession(ctx, s, nil); err != nil {
 		m.opts.Runtime.Destroy(context.WithoutCancel(ctx), s.ID)
-		m.release(owner, false)
+		m.opts.Store.DeleteSession(context.WithoutCancel(ctx), s.ID)
 		return nil, err
 	}
-	m.release(owner, true)
+	m.pushDeadline(s)
 	m.publish(mcpbox.EventCreated, s)
 	m.log.Info("session created", "session", s.ID, "owner", owner, "flavor", fl.Name)
 	return s, nil
-}
-
-// reserve counts a session on its way against the limits. When a warm
-// sandbox of the right kind is ready it moves it, under the same lock,
-// from its pool to the session: the total does not change, so a full pool
-// never blocks the creates it is there for.
-func (m *Manager) reserve(owner, template, flavor string, warmOK bool) (*mcpbox.Sandbox, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if n := m.live[owner] + m.pending[owner]; n >= m.opts.MaxSessionsPerOwner {
-		return nil, mcpbox.Errorf(mcpbox.ELIMIT, "owner %q has its maximum of %d sessions", owner, m.opts.MaxSessionsPerOwner).
-			With("limit", m.opts.MaxSessionsPerOwner).With("current", n).
-			WithSuggestion("stop one of your sessions (stop_session) or reuse one by its session_id")
-	}
-	var sb *mcpbox.Sandbox
-	if warmOK {
-		sb = m.takeWarmLocked(template, flavor)
-	}
-	if sb == nil {
-		if total := m.totalLocked(); total >= m.opts.MaxSessions {
-			return nil, mcpbox.Errorf(mcpbox.ELIMIT, "the server runs its maximum of %d sessions", m.opts.MaxSessions).
-				With("limit", m.opts.MaxSessions).With("current", total).
-				WithSuggestion("stop a session you no longer need, or try again later")
-		}
-	}
-	m.pending[owner]++
-	return sb, nil
-}
-
-// totalLocked counts live sessions, sessions on their way and pool
-// sandboxes, ready or filling.
-func (m *Manager) totalLocked() int {
-	total := 0
-	for _, n := range m.live {
-		total += n
-	}
-	for _, n := range m.pending {
-		total += n
-	}
-	for _, p := range m.pools {
-		total += len(p.ready) + p.filling
-	}
-	return total
-}
-
-// release ends a reservation; made says whether it became a live session.
-func (m *Manager) release(owner string, made bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.pending[owner]--; m.pending[owner] <= 0 {
-		delete(m.pending, owner)
-	}
-	if made {
-		m.live[owner]++
-	}
 }

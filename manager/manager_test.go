@@ -2,6 +2,7 @@ package manager_test
 
 import (
 	"context"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ func newManager(t *testing.T, opts manager.Options) (*manager.Manager, *testutil
 	rt := testutil.NewFakeRuntime()
 	clk := &clock{now: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
 	opts.Runtime, opts.Store, opts.Now = rt, memstore.New(), clk.Now
-	opts.WarmKernel = func(context.Context, *mcpbox.Sandbox) error { return nil } // no agent behind the fake
+	opts.WarmKernel = func(context.Context, http.RoundTripper) error { return nil } // no agent behind the fake
 	m, err := manager.New(context.Background(), &opts)
 	if err != nil {
 		t.Fatal(err)
@@ -201,7 +202,7 @@ func TestSessionRecordCache(t *testing.T) {
 	clk := &clock{now: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
 	open := func() *manager.Manager {
 		m, err := manager.New(ctx, &manager.Options{Runtime: rt, Store: st, Now: clk.Now,
-			WarmKernel: func(context.Context, *mcpbox.Sandbox) error { return nil }})
+			WarmKernel: func(context.Context, http.RoundTripper) error { return nil }})
 		if err != nil {
 			t.Fatal(err)
 		}

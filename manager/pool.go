@@ -14,36 +14,28 @@ type PoolSpec struct {
 	Size     int
 }
 
-// pool holds ready sandboxes for one (template, flavor). Its members count
-// against MaxSessions, so a pool never pushes the server past its limit.
+// pool is one (template, flavor) to keep filled. Its sandboxes are
+// records in the store, state pooled and no owner: any process sharing the
+// store may claim one, and they count against MaxSessions, so a pool never
+// pushes the server past its limit. Only the maintainer fills pools.
 type pool struct {
 	spec   PoolSpec
 	flavor mcpbox.Flavor
-	ready  []*mcpbox.Sandbox
-	// filling counts sandboxes being made for the pool.
-	filling int
-	wake    chan struct{}
+	wake   chan struct{}
 }
 
 func poolKey(template, flavor string) string { return template + "\x00" + flavor }
 
-// startPools makes the pools and their refill loops.
-func (m *Manager) startPools(ctx context.Context, specs []PoolSpec) error {
-	for _, spec := range specs {
-		if spec.Size <= 0 {
-			continue
-		}
-		fl, err := m.Flavor(spec.Flavor)
-		if err != nil {
-			return err
-		}
-		if spec.Flavor == "" {
-			spec.Flavor = fl.Name
-		}
-		p := &pool{spec: spec, flavor: fl, wake: make(chan struct{}, 1)}
-		m.pools[poolKey(spec.Template, spec.Flavor)] = p
-		go m.refill(ctx, p)
+func (m *Manager) addPool(spec PoolSpec) error {
+	if spec.Size <= 0 {
+		return nil
 	}
+	fl, err := m.Flavor(spec.Flavor)
+	if err != nil {
+		return err
+	}
+	spec.Flavor = fl.Name
+	m.pools[poolKey(spec.Template, spec.Flavor)] = &pool{spec: spec, flavor: fl, wake: make(chan struct{}, 1)}
 	return nil
 }
 
@@ -55,99 +47,177 @@ var prestart = []mcpbox.Language{mcpbox.Python}
 // refillDelay is how long a pool waits after a take before it refills.
 const refillDelay = 50 * time.Millisecond
 
-// refill keeps p at its size, one sandbox at a time, while the global
-// limit leaves room; it sleeps until a sandbox is taken.
+// claimWarm moves a ready pool sandbox of s's (template, flavor) to s's
+// owner by compare-and-swap, and returns the session it became; nil when
+// none was ready. The owner's limit is checked in the same write; the
+// total does not change, so a full pool never blocks the creates it is
+// there for.
+func (m *Manager) claimWarm(ctx context.Context, s *mcpbox.Session) (*mcpbox.Session, error) {
+	pooled, err := m.opts.Store.ListSessions(ctx, mcpbox.SessionFilter{States: []mcpbox.SessionState{mcpbox.SessionPooled}})
+	if err != nil {
+		return nil, err
+	}
+	lim := m.admission()
+	for _, p := range pooled {
+		if p.Template != s.Template || p.Flavor.Name != s.Flavor.Name || p.Sandbox == nil {
+			continue
+		}
+		claim := *s
+		claim.ID, claim.Sandbox, claim.Revision = p.ID, p.Sandbox, p.Revision
+		claim.State = mcpbox.SessionRunning
+		err := m.opts.Store.UpdateSession(ctx, &claim, &lim)
+		switch mcpbox.ErrorCode(err) {
+		case "":
+			m.wakePool(s.Template, s.Flavor.Name)
+			m.publish(mcpbox.EventCreated, &claim)
+			m.log.Info("session created from a warm pool", "session", claim.ID, "owner", claim.Owner, "flavor", claim.Flavor.Name)
+			return &claim, nil
+		case mcpbox.ECONFLICT, mcpbox.ESESSION:
+			continue // another caller took it first
+		default:
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+func (m *Manager) wakePool(template, flavor string) {
+	if p := m.pools[poolKey(template, flavor)]; p != nil {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// refill keeps p at its size while this process is the maintainer and
+// the global limit leaves room, one sandbox at a time. It runs at every
+// maintenance tick and right after a take here.
 func (m *Manager) refill(ctx context.Context, p *pool) {
-	p.wake <- struct{}{}
-	for {
-		select {
-		case <-ctx.Done():
+	for ctx.Err() == nil && m.isLeader() {
+		ready, err := m.poolCount(ctx, p)
+		if err != nil || ready >= p.spec.Size {
 			return
-		case <-p.wake:
 		}
-		// The request that took a sandbox is about to run its first code
-		// in it; making the next one now would take the CPU from it.
-		// Takes within the delay are refilled together.
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(refillDelay):
-		}
-		for m.reservePool(p) {
-			sb, err := m.opts.Runtime.Create(ctx, mcpbox.SandboxSpec{ID: mcpbox.NewID(), Flavor: p.flavor, Volumes: m.opts.Volumes, Prestart: prestart})
-			if err == nil && m.opts.WarmKernel != nil {
-				// A warm sandbox has its default Python context running.
-				if err = m.opts.WarmKernel(ctx, sb); err != nil {
-					m.opts.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
-				}
-			}
-			m.mu.Lock()
-			p.filling--
-			if err == nil {
-				p.ready = append(p.ready, sb)
-			}
-			m.mu.Unlock()
-			if err != nil {
+		if err := m.fillOne(ctx, p); err != nil {
+			if mcpbox.ErrorCode(err) != mcpbox.ELIMIT {
 				m.log.Warn("warm pool refill failed", "flavor", p.spec.Flavor, "err", err)
+			}
+			return
+		}
+	}
+}
+
+// poolCount counts p's sandboxes, ready or being made, by any process.
+func (m *Manager) poolCount(ctx context.Context, p *pool) (int, error) {
+	recs, err := m.opts.Store.ListSessions(ctx, mcpbox.SessionFilter{Owner: "", States: []mcpbox.SessionState{mcpbox.SessionPooled, mcpbox.SessionCreating}})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, r := range recs {
+		if r.Owner == "" && r.Template == p.spec.Template && r.Flavor.Name == p.spec.Flavor {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// fillOne makes one pool sandbox: its record first (creating, no owner),
+// then the sandbox, then the record becomes pooled.
+func (m *Manager) fillOne(ctx context.Context, p *pool) error {
+	if err := m.checkCapacity(ctx, p.flavor); err != nil {
+		return err
+	}
+	now := m.opts.Now().UTC()
+	rec := &mcpbox.Session{ID: mcpbox.NewID(), State: mcpbox.SessionCreating, Template: p.spec.Template,
+		Flavor: p.flavor, Volumes: m.volumes, Created: now, LastUsed: now, Holder: m.holder}
+	if err := m.opts.Store.CreateSession(ctx, rec, mcpbox.Admission{MaxTotal: m.opts.MaxSessions}); err != nil {
+		return err
+	}
+	sb, err := m.opts.Runtime.Create(ctx, mcpbox.SandboxSpec{ID: rec.ID, Flavor: p.flavor, Template: p.spec.Template,
+		Volumes: m.volumes, Prestart: prestart})
+	if err == nil {
+		// A warm sandbox has its default Python context running.
+		tr := m.newConn(rec.ID).transport
+		err = m.opts.WarmKernel(ctx, tr)
+		tr.CloseIdleConnections()
+		if err != nil {
+			m.opts.Runtime.Destroy(context.WithoutCancel(ctx), rec.ID)
+		}
+	}
+	if err != nil {
+		m.opts.Store.DeleteSession(context.WithoutCancel(ctx), rec.ID)
+		return err
+	}
+	rec.Sandbox, rec.State = sb, mcpbox.SessionPooled
+	if err := m.opts.Store.UpdateSession(ctx, rec, nil); err != nil {
+		m.opts.Runtime.Destroy(context.WithoutCancel(ctx), rec.ID)
+		m.opts.Store.DeleteSession(context.WithoutCancel(ctx), rec.ID)
+		return err
+	}
+	return nil
+}
+
+// runPools refills each pool when woken by a take here, and at every
+// maintenance tick (takes by other processes).
+func (m *Manager) runPools(ctx context.Context, tick <-chan struct{}) {
+	for _, p := range m.pools {
+		m.wg.Go(func() {
+			for {
+				m.refill(ctx, p)
 				select {
 				case <-ctx.Done():
 					return
-				case <-time.After(time.Second):
+				case <-p.wake:
+					// The request that took a sandbox is about to run its
+					// first code in it; making the next one now would take
+					// the CPU from it. Takes within the delay are refilled
+					// together.
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(refillDelay):
+					}
+				case <-tick:
 				}
 			}
-		}
+		})
 	}
-}
-
-// reservePool claims room for one more pool sandbox, if the pool is short
-// and the global limit allows.
-func (m *Manager) reservePool(p *pool) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(p.ready)+p.filling >= p.spec.Size || m.totalLocked() >= m.opts.MaxSessions {
-		return false
-	}
-	p.filling++
-	return true
-}
-
-// takeWarmLocked hands out a ready sandbox for (template, flavor), or nil,
-// and wakes the pool's refill.
-func (m *Manager) takeWarmLocked(template, flavor string) *mcpbox.Sandbox {
-	p := m.pools[poolKey(template, flavor)]
-	if p == nil || len(p.ready) == 0 {
-		return nil
-	}
-	sb := p.ready[0]
-	p.ready = p.ready[1:]
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
-	return sb
 }
 
 // PoolStats reports how many sandboxes each pool holds ready.
 func (m *Manager) PoolStats() map[string]int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	out := map[string]int{}
 	for _, p := range m.pools {
-		out[p.spec.Template+"/"+p.spec.Flavor] = len(p.ready)
+		out[p.spec.Template+"/"+p.spec.Flavor] = 0
+	}
+	recs, err := m.opts.Store.ListSessions(context.Background(), mcpbox.SessionFilter{States: []mcpbox.SessionState{mcpbox.SessionPooled}})
+	if err != nil {
+		return out
+	}
+	for _, r := range recs {
+		out[r.Template+"/"+r.Flavor.Name]++
 	}
 	return out
 }
 
-// drainPools destroys the pools' ready sandboxes (at shutdown).
+// drainPools destroys the pools' ready sandboxes (when the maintainer
+// stops: the next one refills them).
 func (m *Manager) drainPools(ctx context.Context) {
-	m.mu.Lock()
-	var all []*mcpbox.Sandbox
-	for _, p := range m.pools {
-		all = append(all, p.ready...)
-		p.ready = nil
+	recs, err := m.opts.Store.ListSessions(ctx, mcpbox.SessionFilter{States: []mcpbox.SessionState{mcpbox.SessionPooled}})
+	if err != nil {
+		return
 	}
-	m.mu.Unlock()
-	for _, sb := range all {
-		m.opts.Runtime.Destroy(ctx, sb.ID)
+	for _, r := range recs {
+		if r.Holder != m.holder {
+			continue
+		}
+		r.State = mcpbox.SessionStopping
+		if m.opts.Store.UpdateSession(ctx, r, nil) != nil {
+			continue // claimed meanwhile
+		}
+		m.opts.Runtime.Destroy(ctx, r.ID)
+		m.opts.Store.DeleteSession(ctx, r.ID)
 	}
 }

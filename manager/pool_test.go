@@ -27,9 +27,7 @@ func TestWarmPool(t *testing.T) {
 	m, rt, _ := newManager(t, manager.Options{MaxSessions: 6, MaxSessionsPerOwner: 6,
 		Pools: []manager.PoolSpec{{Flavor: "small", Size: 3}}})
 	defer m.Close(ctx)
-	if err := m.StartPools(ctx); err != nil {
-		t.Fatal(err)
-	}
+	go m.Run(ctx)
 	waitFor(t, "the pool to fill", func() bool { return m.PoolStats()["/small"] == 3 })
 	if rt.Created != 3 {
 		t.Fatalf("created %d sandboxes for a pool of 3", rt.Created)

@@ -1,7 +1,6 @@
 package manager_test
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -10,19 +9,14 @@ import (
 	"time"
 
 	"github.com/mcpbox/mcpbox"
-	"github.com/mcpbox/mcpbox/agentclient"
 	"github.com/mcpbox/mcpbox/internal/testutil"
+	"github.com/mcpbox/mcpbox/internal/testutil/reexec"
 	"github.com/mcpbox/mcpbox/manager"
 	"github.com/mcpbox/mcpbox/runtime/local"
 	"github.com/mcpbox/mcpbox/store/sqlite"
 )
 
-func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == local.InitArg {
-		local.InitMain()
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { reexec.Main(m) }
 
 // start opens a runtime, a store and a manager on home, as mcpbox does at
 // start, and recovers.
@@ -65,13 +59,14 @@ func TestRecoverAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Track(keep.ID, dead.ID)
-	c := agentclient.New(keep.Sandbox.Endpoint)
-	if err := c.Upload(ctx, "/workspace/state.txt", bytes.NewReader([]byte("x = 42"))); err != nil {
+	if err := m1.WriteFile(ctx, "alice", keep.ID, "/workspace/state.txt", []byte("x = 42")); err != nil {
 		t.Fatal(err)
 	}
-	c.Close()
-	syscall.Kill(dead.Sandbox.PID, syscall.SIGKILL)
+	rt1, _ := local.New(&local.Options{Home: home})
+	syscall.Kill(rt1.PID(dead.ID), syscall.SIGKILL)
 	time.Sleep(100 * time.Millisecond)
+	// The first process goes away; its lease with it.
+	m1.Close(ctx)
 
 	m2, rep := start(t, home)
 	if len(rep.Adopted) != 1 || rep.Adopted[0] != keep.ID || len(rep.Ended) != 1 || rep.Ended[0] != dead.ID {
@@ -81,17 +76,12 @@ func TestRecoverAfterRestart(t *testing.T) {
 	if err != nil || s.State != mcpbox.SessionRunning {
 		t.Fatalf("adopted session: %+v, %v", s, err)
 	}
-	c = agentclient.New(s.Sandbox.Endpoint)
-	defer c.Close()
-	rc, err := c.Download(ctx, "/workspace/state.txt")
+	b, err := m2.ReadFile(ctx, "alice", keep.ID, "/workspace/state.txt")
 	if err != nil {
 		t.Fatalf("adopted session lost its workspace: %v", err)
 	}
-	var b bytes.Buffer
-	b.ReadFrom(rc)
-	rc.Close()
-	if b.String() != "x = 42" {
-		t.Errorf("workspace file = %q", b.String())
+	if string(b) != "x = 42" {
+		t.Errorf("workspace file = %q", b)
 	}
 	if d, _ := m2.Get(ctx, "alice", dead.ID); d.State != mcpbox.SessionStopped {
 		t.Errorf("dead session state %s, want stopped", d.State)

@@ -11,14 +11,18 @@ import (
 
 // checkVolume allows a mapping only when its host path, with symlinks
 // resolved, lies under one of the allow-listed roots: a link inside a root
-// that points elsewhere does not get out.
-func (m *Manager) checkVolume(v mcpbox.Volume) error {
+// that points elsewhere does not get out. It returns the mapping with Root
+// set and HostPath resolved; the runtime opens HostPath beneath Root
+// without following links, so one swapped in after this check is refused
+// rather than followed.
+func (m *Manager) checkVolume(v mcpbox.Volume) (mcpbox.Volume, error) {
 	if err := v.Validate(); err != nil {
-		return err
+		return v, err
 	}
 	real, err := filepath.EvalSymlinks(v.HostPath)
 	if err != nil {
-		return mcpbox.Errorf(mcpbox.EINVALID, "volume %s: host path: %v", v, err)
+		return v, mcpbox.Errorf(mcpbox.EINVALID, "volume %s: host path: %v", v, err).
+			WithSuggestion("create the directory, or fix the path")
 	}
 	for _, root := range m.opts.VolumeRoots {
 		r, err := filepath.EvalSymlinks(root)
@@ -26,29 +30,48 @@ func (m *Manager) checkVolume(v mcpbox.Volume) error {
 			continue
 		}
 		if real == r || strings.HasPrefix(real, r+string(filepath.Separator)) {
-			return nil
+			v.HostPath, v.Root = real, r
+			return v, nil
 		}
 	}
-	return mcpbox.Errorf(mcpbox.EINVALID, "volume %s: %s is outside the allowed volume roots %v", v, real, m.opts.VolumeRoots).
+	return v, mcpbox.Errorf(mcpbox.EINVALID, "volume %s: %s is outside the allowed volume roots %v", v, real, m.opts.VolumeRoots).
 		With("volume", v.String()).
 		WithSuggestion("add its parent to volume_roots in the config, or choose a path under one of them")
 }
 
 // volumesFor is every mapping a new session gets: the configured ones,
-// then the caller's, each checked.
+// then the caller's, each checked. A writable volume may not contain
+// another volume's host path, nor lie inside one: what a sandbox writes in
+// one must never change what another mapping resolves to.
 func (m *Manager) volumesFor(req []mcpbox.Volume) ([]mcpbox.Volume, error) {
-	all := append(append([]mcpbox.Volume(nil), m.opts.Volumes...), req...)
-	seen := map[string]bool{}
-	for _, v := range all {
-		if err := m.checkVolume(v); err != nil {
+	all := slices.Clone(m.volumes)
+	for _, v := range req {
+		cv, err := m.checkVolume(v)
+		if err != nil {
 			return nil, err
 		}
+		all = append(all, cv)
+	}
+	seen := map[string]bool{}
+	for i, v := range all {
 		if seen[v.SandboxPath] {
 			return nil, mcpbox.Errorf(mcpbox.EINVALID, "two volumes mount at %s", v.SandboxPath)
 		}
 		seen[v.SandboxPath] = true
+		for j, w := range all {
+			if i == j || v.ReadOnly || !within(w.HostPath, v.HostPath) {
+				continue
+			}
+			return nil, mcpbox.Errorf(mcpbox.EINVALID, "volume %s is inside the writable volume %s", w, v).
+				WithSuggestion("map the outer directory alone, or make it read-only")
+		}
 	}
 	return all, nil
+}
+
+// within reports whether path is dir or lies beneath it.
+func within(path, dir string) bool {
+	return path == dir || strings.HasPrefix(path, dir+string(filepath.Separator))
 }
 
 // Volumes returns the volume mappings of owner's session (what the
@@ -61,5 +84,6 @@ func (m *Manager) Volumes(ctx context.Context, owner, id string) ([]mcpbox.Volum
 	return s.Volumes, nil
 }
 
-// DefaultVolumes returns the volumes every new session gets (the config's).
-func (m *Manager) DefaultVolumes() []mcpbox.Volume { return slices.Clone(m.opts.Volumes) }
+// DefaultVolumes returns the volumes every new session gets (the config's
+// that passed their checks).
+func (m *Manager) DefaultVolumes() []mcpbox.Volume { return slices.Clone(m.volumes) }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,6 +25,7 @@ import (
 type fixture struct {
 	url string
 	st  *sqlite.Store
+	h   *httpserver.Handler
 }
 
 func newFixture(t *testing.T, opts httpserver.Options) *fixture {
@@ -35,7 +36,7 @@ func newFixture(t *testing.T, opts httpserver.Options) *fixture {
 	}
 	t.Cleanup(func() { st.Close() })
 	m, err := manager.New(context.Background(), &manager.Options{Runtime: testutil.NewFakeRuntime(), Store: st,
-		WarmKernel: func(context.Context, *mcpbox.Sandbox) error { return nil }})
+		WarmKernel: func(context.Context, http.RoundTripper) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,9 +47,21 @@ func newFixture(t *testing.T, opts httpserver.Options) *fixture {
 	}
 	opts.MCP, opts.Manager, opts.Keys, opts.Version, opts.Runtime = srv, m, st, "test", "fake"
 	h = httpserver.New(opts)
-	ts := httptest.NewServer(h)
-	t.Cleanup(ts.Close)
-	return &fixture{url: ts.URL, st: st}
+	return &fixture{url: serve(t, h), st: st, h: h}
+}
+
+// serve runs h the way mcpbox serve does, on its own server and bounded
+// listener, and returns its base URL.
+func serve(t *testing.T, h *httpserver.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := h.Server()
+	go srv.Serve(h.Listener(ln))
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
 }
 
 func (f *fixture) key(t *testing.T, owner string) (string, *mcpbox.APIKey) {
@@ -289,5 +302,55 @@ func TestHealthReadyMetrics(t *testing.T) {
 		if code != 200 || !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+}
+
+// TestEndpointsWithKeys: once keys exist, /metrics needs one like /mcp
+// does (it counts every owner's sessions and calls), probes stay open, and
+// /healthz tells a caller without a key no counts.
+func TestEndpointsWithKeys(t *testing.T) {
+	f := newFixture(t, httpserver.Options{})
+	key, _ := f.key(t, "alice")
+	tests := []struct {
+		path     string
+		key      string
+		want     int
+		sessions bool // the body reports the live sessions
+	}{
+		{"/metrics", "", http.StatusUnauthorized, false},
+		{"/metrics", "mcpbox_nope", http.StatusUnauthorized, false},
+		{"/metrics", key, http.StatusOK, true},
+		{"/healthz", "", http.StatusOK, false},
+		{"/healthz", "mcpbox_nope", http.StatusOK, false},
+		{"/healthz", key, http.StatusOK, true},
+		{"/", "", http.StatusOK, false},
+		{"/readyz", "", http.StatusOK, false},
+	}
+	for _, tt := range tests {
+		name := tt.path + " no key"
+		switch tt.key {
+		case key:
+			name = tt.path + " with key"
+		case "mcpbox_nope":
+			name = tt.path + " bad key"
+		}
+		t.Run(name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, f.url+tt.path, nil)
+			if tt.key != "" {
+				req.Header.Set("X-API-Key", tt.key)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tt.want {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tt.want, b)
+			}
+			if got := strings.Contains(string(b), "sessions"); got != tt.sessions {
+				t.Errorf("reports sessions: %v, want %v: %s", got, tt.sessions, b)
+			}
+		})
 	}
 }

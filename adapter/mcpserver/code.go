@@ -13,7 +13,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpbox/mcpbox"
-	"github.com/mcpbox/mcpbox/agentclient"
 	"github.com/mcpbox/mcpbox/manager"
 )
 
@@ -102,32 +101,33 @@ func runCode(ctx context.Context, c *call, in *executeCodeIn) (*executeCodeOut, 
 	}
 	out.SessionID, out.SessionCreated = id, created
 	var stdout, stderr strings.Builder
+	timedOut := false
 	start := time.Now()
 	err = c.s.opts.Manager.ExecuteCode(ctx, c.owner, id, manager.CodeRequest{
 		Code: in.Code, Language: string(lang), Env: in.Env, Event: in.Event, Timeout: timeout,
-	}, func(ev agentclient.Event) {
-		switch ev.Type() {
-		case "stdout", "stderr":
+	}, func(ev mcpbox.CodeEvent) {
+		switch ev.Type {
+		case mcpbox.EventStdout, mcpbox.EventStderr:
 			b := &stdout
-			if ev.Type() == "stderr" {
+			if ev.Type == mcpbox.EventStderr {
 				b = &stderr
 			}
 			if b.Len() < maxReply {
-				b.WriteString(ev.Text())
+				b.WriteString(ev.Text)
 			} else {
 				out.Truncated = true
 			}
-			c.output(ctx, ev.Type(), ev.Text())
-		case "result":
-			out.Results = append(out.Results, c.richResult(ev))
-		case "error":
-			out.Error = &codeError{Name: str(ev["name"]), Value: str(ev["value"]), Traceback: str(ev["traceback"])}
-		case "return_value":
-			out.ReturnValue = ev["value"]
-		case "number_of_executions":
-			if n, ok := ev["execution_count"].(float64); ok {
-				out.ExecutionCount = int(n)
-			}
+			c.output(ctx, ev.Type, ev.Text)
+		case mcpbox.EventResult:
+			out.Results = append(out.Results, c.richResult(ev.Result))
+		case mcpbox.EventError:
+			out.Error = &codeError{Name: ev.Error.Name, Value: ev.Error.Value, Traceback: ev.Error.Traceback}
+		case mcpbox.EventReturnValue:
+			out.ReturnValue = ev.Value
+		case mcpbox.EventNumberOfExecutions:
+			out.ExecutionCount = ev.ExecutionCount
+		case mcpbox.EventEndOfExecution:
+			timedOut = ev.TimedOut
 		}
 	})
 	c.flushOutput(ctx)
@@ -144,9 +144,10 @@ func runCode(ctx context.Context, c *call, in *executeCodeIn) (*executeCodeOut, 
 		return out, mcpbox.Errorf(mcpbox.ETIMEOUT, "the execution was cancelled; the session and its state are kept").
 			With("session_id", id)
 	}
-	// The kernel interrupts a cell at its timeout; what the code then
-	// reports (KeyboardInterrupt, exit 130) is the timeout's doing.
-	if elapsed >= timeout {
+	// The kernel interrupts a cell at its timeout and says so; what the
+	// code then reports (KeyboardInterrupt, exit 130) is the timeout's
+	// doing.
+	if timedOut {
 		return out, mcpbox.Errorf(mcpbox.ETIMEOUT, "the code ran past its timeout of %gs and was interrupted; the session and its state are kept", timeout.Seconds()).
 			With("timeout_seconds", timeout.Seconds()).With("session_id", id).
 			WithSuggestion("raise timeout (up to 3600), or split the work into smaller calls")
@@ -163,12 +164,14 @@ func runCode(ctx context.Context, c *call, in *executeCodeIn) (*executeCodeOut, 
 	return out, e
 }
 
-// richResult converts a kernel result event, moving images into content.
-func (c *call) richResult(ev agentclient.Event) richResult {
-	r := richResult{Text: str(ev["text"]), HTML: str(ev["html"]), Markdown: str(ev["markdown"]), LaTeX: str(ev["latex"]), JSON: ev["json"]}
-	r.IsMainResult, _ = ev["is_main_result"].(bool)
+// richResult converts a kernel result, moving images into content.
+func (c *call) richResult(res *mcpbox.CodeResult) richResult {
+	r := richResult{Text: res.Text, HTML: res.HTML, Markdown: res.Markdown, LaTeX: res.LaTeX, IsMainResult: res.IsMainResult}
+	if len(res.JSON) > 0 {
+		r.JSON = res.JSON
+	}
 	for key, mime := range imageTypes {
-		data := str(ev[key])
+		data := map[string]string{"png": res.PNG, "jpeg": res.JPEG, "svg": res.SVG}[key]
 		if data == "" {
 			continue
 		}

@@ -7,7 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"image/png"
-	"os"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -20,24 +20,13 @@ import (
 	"github.com/mcpbox/mcpbox"
 	"github.com/mcpbox/mcpbox/adapter/mcpserver"
 	"github.com/mcpbox/mcpbox/internal/testutil"
+	"github.com/mcpbox/mcpbox/internal/testutil/reexec"
 	"github.com/mcpbox/mcpbox/manager"
 	"github.com/mcpbox/mcpbox/runtime/local"
 	"github.com/mcpbox/mcpbox/store/memstore"
 )
 
-func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == local.InitArg {
-		local.InitMain()
-	}
-	code := m.Run()
-	if leaks := testutil.CheckLeaks(); len(leaks) > 0 {
-		for _, l := range leaks {
-			os.Stderr.WriteString("leak: " + l + "\n")
-		}
-		code = 1
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { reexec.Main(m) }
 
 // env is a manager on the real local runtime with an MCP server over it.
 type env struct {
@@ -174,7 +163,7 @@ func TestToolsList(t *testing.T) {
 	}
 }
 
-func noWarm(context.Context, *mcpbox.Sandbox) error { return nil }
+func noWarm(context.Context, http.RoundTripper) error { return nil }
 
 func TestProtocolErrors(t *testing.T) {
 	e := newEnv(t, mcpserver.Options{}, manager.Options{Runtime: testutil.NewFakeRuntime(), WarmKernel: noWarm})

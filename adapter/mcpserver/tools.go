@@ -14,7 +14,6 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/mcpbox/mcpbox"
-	"github.com/mcpbox/mcpbox/gen/filesystempb"
 	"github.com/mcpbox/mcpbox/manager"
 )
 
@@ -479,15 +478,15 @@ func listFiles() registrar {
 			}
 			out := &listFilesOut{SessionID: in.SessionID, Path: p, Entries: []fileEntry{}}
 			for _, e := range list {
-				fe := fileEntry{Name: e.GetName(), Path: e.GetPath(), Size: e.GetSize(), Mode: e.GetPermissions(), Type: "file"}
-				switch {
-				case e.SymlinkTarget != nil:
+				fe := fileEntry{Name: e.Name, Path: e.Path, Size: e.Size, Mode: e.Permissions, Type: "file"}
+				switch e.Type {
+				case mcpbox.FileSymlink:
 					fe.Type = "symlink"
-				case e.GetType() == filesystempb.FileType_FILE_TYPE_DIRECTORY:
+				case mcpbox.FileDirectory:
 					fe.Type = "directory"
 				}
-				if t := e.GetModifiedTime(); t != nil {
-					fe.Modified = t.AsTime().UTC().Format(time.RFC3339)
+				if !e.ModTime.IsZero() {
+					fe.Modified = e.ModTime.UTC().Format(time.RFC3339)
 				}
 				out.Entries = append(out.Entries, fe)
 			}

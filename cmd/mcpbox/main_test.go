@@ -12,17 +12,12 @@ import (
 	"time"
 
 	"github.com/mcpbox/mcpbox/internal/testutil"
-	"github.com/mcpbox/mcpbox/runtime/local"
+	"github.com/mcpbox/mcpbox/internal/testutil/reexec"
 )
 
 // TestMain makes the test binary able to act as a sandbox's PID 1, so the
 // in-process Main can create sandboxes.
-func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == local.InitArg {
-		local.InitMain()
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { reexec.Main(m) }
 
 // runMain runs the CLI in-process and returns its exit code and output.
 func runMain(t *testing.T, home, stdin string, args ...string) (int, string, string) {

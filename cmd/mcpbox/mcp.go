@@ -30,7 +30,7 @@ stderr; stdout carries nothing but MCP.`,
 			log := slog.New(slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: logLevel(c.LogLevel)}))
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
-			s, err := m.open(ctx, c, log, nil)
+			s, err := m.open(ctx, c, log, stackOptions{maintain: true, recover: true})
 			if err != nil {
 				return err
 			}

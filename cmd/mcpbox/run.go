@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
@@ -13,11 +14,11 @@ import (
 	"syscall"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
 	"github.com/mcpbox/mcpbox"
-	"github.com/mcpbox/mcpbox/agentclient"
+	"github.com/mcpbox/mcpbox/internal/config"
+	"github.com/mcpbox/mcpbox/manager"
 )
 
 // interpreters maps a language to the program and flag that run code
@@ -33,6 +34,7 @@ func (m *Main) runCommand() *cobra.Command {
 		lang, flavor, file, event string
 		timeout                   time.Duration
 		envs                      []string
+		cf                        configFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags] (CODE | --file F | -)",
@@ -61,7 +63,7 @@ shell with sh -c.`,
 			if err := mcpbox.ValidateTimeout(timeout); err != nil {
 				return err
 			}
-			fl, err := mcpbox.LookupFlavor(flavor)
+			c, err := m.loadConfig(cmd, &cf)
 			if err != nil {
 				return err
 			}
@@ -79,23 +81,27 @@ shell with sh -c.`,
 			if event != "" && !json.Valid([]byte(event)) {
 				return mcpbox.Errorf(mcpbox.EINVALID, "--event %q is not valid JSON", event)
 			}
+			req := manager.CreateRequest{Flavor: flavor, Env: env, TTL: timeout + time.Minute, Ephemeral: true}
 			if l == mcpbox.Python {
-				return m.runOnce(cmd.Context(), fl, env, timeout, func(ctx context.Context, c *agentclient.Client) error {
-					return m.runKernel(ctx, c, code, event, timeout)
+				return m.runOnce(cmd.Context(), c, req, func(ctx context.Context, mgr *manager.Manager, id string) error {
+					return m.runKernel(ctx, mgr, id, code, event, timeout)
 				})
 			}
-			return m.runOnce(cmd.Context(), fl, env, timeout, func(ctx context.Context, c *agentclient.Client) error {
-				return m.runProcess(ctx, c, timeout, agentclient.Command{Cmd: interp[0], Args: []string{interp[1], code}})
+			return m.runOnce(cmd.Context(), c, req, func(ctx context.Context, mgr *manager.Manager, id string) error {
+				return m.runProcess(ctx, mgr, id, timeout, []string{interp[0], interp[1], code})
 			})
 		},
 	}
 	f := cmd.Flags()
 	f.StringVarP(&lang, "language", "l", "python", "python, javascript or shell")
-	f.StringVar(&flavor, "flavor", mcpbox.DefaultFlavor, "sandbox size: small, medium or large")
+	f.StringVar(&flavor, "flavor", mcpbox.DefaultFlavor, "sandbox size: small, medium, large or one from the config")
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "kill the program after this long (at most 1h)")
 	f.StringArrayVarP(&envs, "env", "e", nil, "set an environment variable, K=V (repeatable)")
 	f.StringVarP(&file, "file", "f", "", "read the code from this file")
 	f.StringVar(&event, "event", "", "handler mode: call handler(event, context) with this JSON and print its value")
+	cf.register(f)
+	f.MarkHidden("host")
+	f.MarkHidden("port")
 	return cmd
 }
 
@@ -151,34 +157,42 @@ func checkInterpreter(prog string) error {
 		WithSuggestion("install it on the host: apt-get install " + pkg)
 }
 
-// runOnce creates a sandbox, runs f against its agent and destroys it.
-func (m *Main) runOnce(ctx context.Context, fl mcpbox.Flavor, env map[string]string, timeout time.Duration, f func(context.Context, *agentclient.Client) error) error {
-	rt, err := m.runtime()
+// runOnce creates a session through the manager, as every other caller
+// does (config flavors, volumes and limits apply), runs f in it and stops
+// it. The session is ephemeral: its sandbox dies with this process, even
+// when it is killed.
+func (m *Main) runOnce(ctx context.Context, c config.Config, req manager.CreateRequest, f func(context.Context, *manager.Manager, string) error) error {
+	log := slog.New(slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: logLevel(c.LogLevel)}))
+	s, err := m.open(ctx, c, log, stackOptions{})
 	if err != nil {
 		return err
 	}
-	sb, err := rt.Create(ctx, mcpbox.SandboxSpec{ID: mcpbox.NewID(), Flavor: fl, Env: env})
+	defer s.close()
+	sess, err := s.mgr.Create(ctx, mcpbox.LocalOwner, req)
 	if err != nil {
 		return err
 	}
-	// Destroy even when ctx was cancelled (Ctrl-C): nothing may be left.
-	defer rt.Destroy(context.WithoutCancel(ctx), sb.ID)
-	client := agentclient.New(sb.Endpoint)
-	defer client.Close()
-	err = f(ctx, client)
+	// Stop even when ctx was cancelled (Ctrl-C): nothing may be left.
+	defer s.mgr.Stop(context.WithoutCancel(ctx), mcpbox.LocalOwner, sess.ID)
+	err = f(ctx, s.mgr, sess.ID)
 	if err != nil && ctx.Err() != nil {
 		return &exitError{130}
 	}
 	return err
 }
 
-// runProcess runs c as a plain process.
-func (m *Main) runProcess(ctx context.Context, client *agentclient.Client, timeout time.Duration, c agentclient.Command) error {
-	rctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	res, err := client.Run(rctx, c, m.Stdout, m.Stderr)
+// runProcess runs argv as a plain process, streaming its output.
+func (m *Main) runProcess(ctx context.Context, mgr *manager.Manager, id string, timeout time.Duration, argv []string) error {
+	res, err := mgr.RunCommand(ctx, mcpbox.LocalOwner, id, manager.CommandRequest{Args: argv, Timeout: timeout},
+		func(stderr bool, b []byte) {
+			if stderr {
+				m.Stderr.Write(b)
+			} else {
+				m.Stdout.Write(b)
+			}
+		})
 	if err != nil {
-		if connect.CodeOf(err) == connect.CodeDeadlineExceeded || errors.Is(err, context.DeadlineExceeded) {
+		if mcpbox.ErrorCode(err) == mcpbox.ETIMEOUT {
 			fmt.Fprintf(m.Stderr, "mcpbox: timed out after %s; the program was killed\n", timeout)
 			return &exitError{exitTimeout}
 		}
@@ -196,50 +210,50 @@ func (m *Main) runProcess(ctx context.Context, client *agentclient.Client, timeo
 // runKernel runs code in the sandbox's Python kernel: output streams as it
 // comes, the last expression's value and a handler's return value are
 // printed, and an error prints its traceback and exits 1.
-func (m *Main) runKernel(ctx context.Context, client *agentclient.Client, code, event string, timeout time.Duration) error {
-	req := agentclient.ExecuteRequest{Code: code, Language: "python", Timeout: timeout.Seconds()}
+func (m *Main) runKernel(ctx context.Context, mgr *manager.Manager, id, code, event string, timeout time.Duration) error {
+	req := manager.CodeRequest{Code: code, Language: "python", Timeout: timeout}
 	if event != "" {
 		req.Event = json.RawMessage(event)
 	}
-	start := time.Now()
-	var failed agentclient.Event
-	err := client.Execute(ctx, req, func(ev agentclient.Event) {
-		switch ev.Type() {
-		case "stdout":
-			io.WriteString(m.Stdout, ev.Text())
-		case "stderr":
-			io.WriteString(m.Stderr, ev.Text())
-		case "result":
-			if ev["is_main_result"] == true && ev.Text() != "" {
-				fmt.Fprintln(m.Stdout, ev.Text())
+	var failed *mcpbox.CodeError
+	timedOut := false
+	err := mgr.ExecuteCode(ctx, mcpbox.LocalOwner, id, req, func(ev mcpbox.CodeEvent) {
+		switch ev.Type {
+		case mcpbox.EventStdout:
+			io.WriteString(m.Stdout, ev.Text)
+		case mcpbox.EventStderr:
+			io.WriteString(m.Stderr, ev.Text)
+		case mcpbox.EventResult:
+			if ev.Result.IsMainResult && ev.Text != "" {
+				fmt.Fprintln(m.Stdout, ev.Text)
 			}
-		case "return_value":
-			b, _ := json.Marshal(ev["value"])
-			fmt.Fprintln(m.Stdout, string(b))
-		case "error":
+		case mcpbox.EventReturnValue:
+			fmt.Fprintln(m.Stdout, string(ev.Value))
+		case mcpbox.EventError:
 			if failed == nil {
-				failed = ev
+				failed = ev.Error
 			}
+		case mcpbox.EventEndOfExecution:
+			timedOut = ev.TimedOut
 		}
 	})
 	if err != nil {
 		return fmt.Errorf("run in sandbox: %w", err)
 	}
-	if failed == nil {
-		return nil
-	}
-	name, _ := failed["name"].(string)
-	if (name == "KeyboardInterrupt" || name == "KernelRestarted") && time.Since(start) >= timeout {
+	if timedOut {
 		fmt.Fprintf(m.Stderr, "mcpbox: timed out after %s; the code was interrupted\n", timeout)
 		return &exitError{exitTimeout}
 	}
-	if tb, _ := failed["traceback"].(string); tb != "" {
-		io.WriteString(m.Stderr, tb)
-	} else {
-		fmt.Fprintf(m.Stderr, "%s: %v\n", name, failed["value"])
+	if failed == nil {
+		return nil
 	}
-	if name == "SystemExit" {
-		if n, err := strconv.Atoi(fmt.Sprint(failed["value"])); err == nil {
+	if failed.Traceback != "" {
+		io.WriteString(m.Stderr, failed.Traceback)
+	} else {
+		fmt.Fprintf(m.Stderr, "%s: %s\n", failed.Name, failed.Value)
+	}
+	if failed.Name == "SystemExit" {
+		if n, err := strconv.Atoi(failed.Value); err == nil {
 			return &exitError{n}
 		}
 	}

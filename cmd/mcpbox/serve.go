@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
+	goruntime "runtime"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -58,25 +58,32 @@ func (m *Main) serveCommand() *cobra.Command {
 	return cmd
 }
 
-// stack is what serve and mcp run on: runtime, store, manager and the MCP
-// tools over them.
+// stack is what serve, mcp and run run on: runtime, store, manager and
+// the MCP tools over them.
 type stack struct {
-	rt  *local.Runtime
-	st  *sqlite.Store
-	mgr *manager.Manager
-	mcp *mcpserver.Server
-	// primary is true for the one mcpbox process that owns the home:
-	// it recovers sessions and keeps the pools.
-	primary bool
-	report  *manager.RecoverReport
-	close   func()
+	rt     *local.Runtime
+	st     *sqlite.Store
+	mgr    *manager.Manager
+	mcp    *mcpserver.Server
+	report *manager.RecoverReport
+	close  func()
 }
 
-// open builds the stack on c's home. The first mcpbox process on a home
-// takes its lock and recovers and fills pools; others (an `mcpbox mcp`
-// beside a running `serve`) share the store but leave the sandboxes they
-// do not know alone.
-func (m *Main) open(ctx context.Context, c config.Config, log *slog.Logger, onCall func(string, string, time.Duration)) (*stack, error) {
+// stackOptions say what a command needs of its stack.
+type stackOptions struct {
+	// maintain runs the manager's maintenance (lease renewal, and when
+	// this process is the maintainer: recovery, reaping, pools). serve and
+	// mcp do; a one-shot run does not.
+	maintain bool
+	// recover looks after what dead processes left, once, before serving.
+	recover bool
+	onCall  func(tool, code string, d time.Duration)
+}
+
+// open builds the stack on c's home. Every mcpbox process on a home
+// shares its store: the store's leases decide which one maintains it, and
+// recovery only touches what no live process looks after.
+func (m *Main) open(ctx context.Context, c config.Config, log *slog.Logger, so stackOptions) (*stack, error) {
 	rt, err := local.New(&local.Options{Home: c.Home, Logger: log})
 	if err != nil {
 		return nil, err
@@ -104,46 +111,35 @@ func (m *Main) open(ctx context.Context, c config.Config, log *slog.Logger, onCa
 	for _, v := range c.Volumes {
 		pv, err := mcpbox.ParseVolume(v)
 		if err != nil {
-			s.close()
-			return nil, err
+			// A bad volume never stops the server: it is left out.
+			log.Error("volume left out of every session", "volume", v, "err", err)
+			continue
 		}
 		vols = append(vols, pv)
 	}
-	lock, err := lockHome(rt.Home())
-	if err != nil {
-		s.close()
-		return nil, err
-	}
-	s.primary = lock != nil
-	if lock != nil {
-		closers = append(closers, func() { lock.Close() })
-	} else {
-		pools = nil
-	}
+	cpus, mem := hostCapacity()
 	s.mgr, err = manager.New(ctx, &manager.Options{
 		Pools:   pools,
 		Runtime: rt, Store: st, Logger: log, Flavors: flavors,
 		MaxSessions: c.MaxSessions, MaxSessionsPerOwner: c.MaxSessionsPerOwner, MaxConcurrentExecutions: c.MaxConcurrentExecutions,
 		DefaultIdleTimeout: c.IdleTimeout, DefaultTTL: c.DefaultTTL, MaxTTL: c.MaxTTL,
 		VolumeRoots: c.VolumeRoots, Volumes: vols,
+		HostCPUs: cpus, HostMemoryBytes: mem,
 	})
 	if err != nil {
 		s.close()
 		return nil, err
 	}
 	closers = append(closers, func() { s.mgr.Close(context.WithoutCancel(ctx)) })
-	if s.primary {
+	if so.recover {
 		if s.report, err = s.mgr.Recover(ctx); err != nil {
-			s.close()
-			return nil, fmt.Errorf("recover sessions: %w", err)
-		}
-		if err := s.mgr.StartPools(ctx); err != nil {
-			s.close()
-			return nil, err
+			log.Warn("recover sessions", "err", err)
 		}
 	}
-	go s.mgr.RunReaper(ctx, 10*time.Second)
-	s.mcp, err = mcpserver.New(mcpserver.Options{Manager: s.mgr, Version: mcpbox.Version, RequireSessionID: c.RequireSessionID, OnCall: onCall, Logger: log})
+	if so.maintain {
+		go s.mgr.Run(ctx)
+	}
+	s.mcp, err = mcpserver.New(mcpserver.Options{Manager: s.mgr, Version: mcpbox.Version, RequireSessionID: c.RequireSessionID, OnCall: so.onCall, Logger: log})
 	if err != nil {
 		s.close()
 		return nil, err
@@ -151,27 +147,21 @@ func (m *Main) open(ctx context.Context, c config.Config, log *slog.Logger, onCa
 	return s, nil
 }
 
-// lockHome takes the home's lock without waiting; nil means another
-// mcpbox holds it.
-func lockHome(home string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(home, "mcpbox.lock"), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
+// hostCapacity is what this machine can give sandboxes: its CPUs and its
+// memory (0 when unknown, which leaves admission unchecked).
+func hostCapacity() (float64, int64) {
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil {
+		return float64(goruntime.NumCPU()), 0
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
-	}
-	return f, nil
+	return float64(goruntime.NumCPU()), int64(si.Totalram) * int64(si.Unit)
 }
 
 func (m *Main) serve(ctx context.Context, c config.Config) error {
 	log := slog.New(slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: logLevel(c.LogLevel)}))
 	var h *httpserver.Handler
-	s, err := m.open(ctx, c, log, func(tool, code string, d time.Duration) { h.Metrics().ToolCall(tool, code, d) })
+	s, err := m.open(ctx, c, log, stackOptions{maintain: true, recover: true,
+		onCall: func(tool, code string, d time.Duration) { h.Metrics().ToolCall(tool, code, d) }})
 	if err != nil {
 		return err
 	}

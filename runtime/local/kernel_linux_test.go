@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpbox/mcpbox"
 	"github.com/mcpbox/mcpbox/agentclient"
 )
 

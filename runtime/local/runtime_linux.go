@@ -206,6 +206,10 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 	}
 	defer h.close()
 	cmd, uid := r.command(h.log, h.ln, h.cfgR, h.readyW)
+	if spec.Ephemeral {
+		// PID 1 dies with this process, and its pid namespace with it.
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
 	err = cmd.Start()
 	h.cfgR.Close()
 	h.readyW.Close()
