@@ -43,6 +43,22 @@ type Options struct {
 	CORSOrigins []string
 	// MaxBodyBytes caps a request body; default 64 MiB.
 	MaxBodyBytes int64
+	// ReadHeaderTimeout bounds reading a request's headers; default 10 s.
+	ReadHeaderTimeout time.Duration
+	// BodyTimeout bounds reading a request's body, counted from the end
+	// of its headers; default 1 minute. A client slower than
+	// MaxBodyBytes/BodyTimeout cannot send the largest body. Responses
+	// are not bounded: tool calls and event streams run long.
+	BodyTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle for this long
+	// between requests; default 2 minutes.
+	IdleTimeout time.Duration
+	// StreamKeepAlive is how long an event stream may stay quiet before
+	// it gets a keepalive comment; default 30 s.
+	StreamKeepAlive time.Duration
+	// MaxConns bounds the open connections of [Handler.Listener]; default
+	// 1024. Each SSE or Streamable HTTP stream holds one.
+	MaxConns int
 	// Registry receives the metrics; nil makes a new one.
 	Registry *prometheus.Registry
 	Logger   *slog.Logger
@@ -71,6 +87,7 @@ func New(opts Options) *Handler {
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
 	}
+	opts.withConnDefaults()
 	h := &Handler{opts: opts, mux: http.NewServeMux(), log: opts.Logger, sse: sseSessions{m: map[string]*sseSession{}}}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -99,19 +116,27 @@ func New(opts Options) *Handler {
 		stateful.ServeHTTP(w, r)
 	})
 	guard := func(next http.Handler) http.Handler { return h.checkHost(h.cors(h.authenticate(next))) }
-	h.mux.Handle("/mcp", guard(streamable))
-	h.mux.Handle("/sse", guard(http.HandlerFunc(h.serveSSE)))
+	h.mux.Handle("/mcp", guard(keepStreamAlive(streamable, opts.StreamKeepAlive)))
+	h.mux.Handle("/sse", guard(keepStreamAlive(http.HandlerFunc(h.serveSSE), opts.StreamKeepAlive)))
+	// Probes stay open: a load balancer or kubelet has no key. /healthz
+	// tells an anonymous caller no counts once keys exist (see health).
 	h.mux.HandleFunc("GET /{$}", h.health)
 	h.mux.HandleFunc("GET /healthz", h.health)
 	h.mux.HandleFunc("GET /readyz", h.ready)
-	h.mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{}))
+	// Metrics count sessions, calls and errors of every owner: with keys,
+	// a scraper needs one like any other caller.
+	h.mux.Handle("GET /metrics", guard(promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{})))
 	return h
 }
 
 // Metrics returns the handler's metrics, for mcpserver.Options.OnCall.
 func (h *Handler) Metrics() *Metrics { return h.metrics }
 
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+// ServeHTTP bounds the request's body in time and routes it.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	limitBody(w, r, h.opts.BodyTimeout)
+	h.mux.ServeHTTP(w, r)
+}
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
@@ -119,9 +144,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
+// health is open to every caller, but once keys exist only a caller with
+// one learns how many sessions are live.
 func (h *Handler) health(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "version": h.opts.Version,
-		"runtime": h.opts.Runtime, "sessions": h.opts.Manager.LiveSessions()})
+	body := map[string]any{"status": "ok", "version": h.opts.Version, "runtime": h.opts.Runtime}
+	if !h.keysConfigured(r.Context()) || h.hasKey(r) {
+		body["sessions"] = h.opts.Manager.LiveSessions()
+	}
+	writeJSON(w, http.StatusOK, body)
 }
 
 // ready answers 200 once the store answers; a load balancer sends no
@@ -181,6 +211,19 @@ func (h *Handler) authenticate(next http.Handler) http.Handler {
 		}
 		bearer.ServeHTTP(w, r)
 	})
+}
+
+// hasKey reports whether r carries a live key, in either header.
+func (h *Handler) hasKey(r *http.Request) bool {
+	token := r.Header.Get("X-API-Key")
+	if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		token = b
+	}
+	if token == "" || h.opts.Keys == nil {
+		return false
+	}
+	_, err := apikey.Authenticate(r.Context(), h.opts.Keys, token)
+	return err == nil
 }
 
 // keysConfigured reports whether any live key exists, looked up at most
