@@ -81,17 +81,81 @@ func hostCanFork(t *testing.T) {
 	}
 }
 
+// TestContainForkBomb judges from the host: once the bomb has used up its
+// pids, the sandbox cannot be asked to start anything, not even a check.
 func TestContainForkBomb(t *testing.T) {
 	rt := newRuntime(t)
-	_, c := newTinySandbox(t, rt)
+	sb, c := newTinySandbox(t, rt)
+	pids := pidsCgroup(t, sb.ID)
 	// The bomb runs in the background; the pids limit must hold it.
 	mustSh(t, c, `(b() { b | b & }; b) >/dev/null 2>&1 &`)
-	time.Sleep(time.Second)
+	// pids.events counts forks refused at the limit: the bomb has hit it.
+	waitUntil(t, 30*time.Second, "the bomb to reach the pids limit", func() bool {
+		return cgroupKey(t, filepath.Join(pids, "pids.events"), "max") > 0
+	})
+	if n := cgroupInt(t, filepath.Join(pids, "pids.current")); n > tiny.Pids {
+		t.Errorf("%d tasks in a sandbox limited to %d", n, tiny.Pids)
+	}
 	hostCanFork(t)
-	out, _ := mustSh(t, c, `ls /proc | grep -c '^[0-9]'`)
-	n, _ := strconv.Atoi(strings.TrimSpace(out))
-	if n > int(tiny.Pids) {
-		t.Errorf("%d processes in a sandbox limited to %d", n, tiny.Pids)
+	c.Close()
+	if err := rt.Destroy(context.Background(), sb.ID); err != nil {
+		t.Fatalf("destroy a sandbox full of bombs: %v", err)
+	}
+	assertGone(t, rt, sb)
+}
+
+// pidsCgroup is the directory of the sandbox's pids controller, on cgroup
+// v1 or v2.
+func pidsCgroup(t *testing.T, id string) string {
+	t.Helper()
+	for _, d := range []string{"/sys/fs/cgroup/pids/mcpbox/" + id, "/sys/fs/cgroup/mcpbox/" + id} {
+		if _, err := os.Stat(filepath.Join(d, "pids.current")); err == nil {
+			return d
+		}
+	}
+	t.Skip("skipped: no pids controller for the sandbox on this host")
+	return ""
+}
+
+func cgroupInt(t *testing.T, path string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return n
+}
+
+// cgroupKey reads "key value" from a flat-keyed cgroup file.
+func cgroupKey(t *testing.T, path, key string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, " "); ok && k == key {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// waitUntil polls cond until it holds, failing t if it does not within
+// limit: the limit is a bound on a hang, never the thing asserted.
+func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s after %v", what, limit)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/mcpbox/mcpbox"
 	"github.com/mcpbox/mcpbox/agent"
 	"github.com/mcpbox/mcpbox/agent/reaper"
+	"github.com/mcpbox/mcpbox/internal/linux/fds"
 	"github.com/mcpbox/mcpbox/internal/linux/seccomp"
 )
 
@@ -46,6 +47,13 @@ func InitMain() {
 	report := func(v any) {
 		b, _ := json.Marshal(v)
 		ready.Write(append(b, '\n'))
+	}
+	// Before anything else: whatever reached this process without
+	// close-on-exec beyond what the host handed it (a directory is a way
+	// out of the sandbox's root) must not reach user code, nor stay here.
+	if _, err := fds.CloseInherited(fdReady + 1); err != nil {
+		report(map[string]string{"error": step("close inherited descriptors", err).Error()})
+		os.Exit(1)
 	}
 	cfg, ln, err := setup()
 	if err != nil {
