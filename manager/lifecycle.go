@@ -49,8 +49,11 @@ const maxCASRetries = 8
 // to stopping by compare-and-swap first: whoever wins that ends the
 // session, and a Touch that read it before can no longer write it back as
 // running.
+//
+// Touches yield to an end: they give up after a few lost races, while an
+// end retries until it wins or ctx ends.
 func (m *Manager) end(ctx context.Context, s *mcpbox.Session, state mcpbox.SessionState) error {
-	for try := 0; ; try++ {
+	for {
 		if s.State != mcpbox.SessionRunning {
 			return nil
 		}
@@ -59,8 +62,11 @@ func (m *Manager) end(ctx context.Context, s *mcpbox.Session, state mcpbox.Sessi
 		if err == nil {
 			break
 		}
-		if mcpbox.ErrorCode(err) != mcpbox.ECONFLICT || try >= maxCASRetries {
+		if mcpbox.ErrorCode(err) != mcpbox.ECONFLICT {
 			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
 		if s, err = m.opts.Store.GetSession(ctx, s.ID); err != nil {
 			return err
