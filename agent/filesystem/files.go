@@ -21,8 +21,10 @@ import (
 //	POST /files?path=P            multipart field "file" (one or more) or
 //	                              an application/octet-stream body
 //
-// Errors are JSON {code, message}: 400 bad path, 404 missing, 413 above
-// MaxFileBytes, 507 when the sandbox's disk is full.
+// Errors are JSON {code, message}: 400 bad path or not a regular file
+// (directories, FIFOs, devices and sockets are refused with what they
+// are), 404 missing, 413 above MaxFileBytes, 507 when the sandbox's disk
+// is full. A download sends at most the size the file had when opened.
 func (s *Service) FilesHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if u := r.URL.Query().Get("username"); u != "" && u != "user" && u != "root" {
@@ -54,25 +56,15 @@ func (s *Service) download(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	f, err := os.Open(p)
+	f, size, status, err := openRegular(p, path)
 	if err != nil {
-		if os.IsNotExist(err) {
-			writeError(w, http.StatusNotFound, fmt.Sprintf("%s: no such file", path))
-		} else {
-			writeError(w, http.StatusInternalServerError, fmt.Sprintf("%s: %v", path, err))
-		}
+		writeError(w, status, err.Error())
 		return
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	if fi.IsDir() {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s is a directory: list it with ListDir", path))
-		return
-	}
+	// Never more than the size stat gave: a file that grows while it is
+	// read cannot make the reply unbounded.
+	body := io.LimitReader(f, size)
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": filepath.Base(p)}))
@@ -82,14 +74,95 @@ func (s *Service) download(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		gz := gzip.NewWriter(w)
-		io.Copy(gz, f)
+		io.Copy(gz, body)
 		gz.Close()
 		return
 	}
-	h.Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
+	h.Set("Content-Length", strconv.FormatInt(size, 10))
 	if r.Method != http.MethodHead {
-		io.Copy(w, f)
+		io.Copy(w, body)
 	}
+}
+
+// openRegular opens the host path p (the caller's path is name) for
+// reading if it is a regular file, and returns it with its size. Anything
+// else is refused with 400 and what it is. Opening never blocks: O_NONBLOCK
+// makes a FIFO without a writer open at once (the fstat that follows
+// refuses it), and O_NOFOLLOW refuses a symlink swapped in since p was
+// resolved.
+func openRegular(p, name string) (f *os.File, size int64, status int, err error) {
+	fd, err := syscall.Open(p, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		switch {
+		case errors.Is(err, syscall.ENOENT):
+			return nil, 0, http.StatusNotFound, fmt.Errorf("%s: no such file", name)
+		case errors.Is(err, syscall.ELOOP):
+			return nil, 0, http.StatusBadRequest, fmt.Errorf("%s is a symbolic link that changed while it was resolved: try again", name)
+		case errors.Is(err, syscall.ENXIO), errors.Is(err, syscall.EOPNOTSUPP):
+			// open(2) of a Unix socket; describe what lstat sees.
+			if fi, lerr := os.Lstat(p); lerr == nil {
+				return nil, 0, http.StatusBadRequest, notRegular(name, fi.Mode())
+			}
+		case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
+			return nil, 0, http.StatusForbidden, fmt.Errorf("%s: permission denied", name)
+		}
+		return nil, 0, http.StatusInternalServerError, fmt.Errorf("%s: %w", name, err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		syscall.Close(fd)
+		return nil, 0, http.StatusInternalServerError, fmt.Errorf("%s: fstat: %w", name, err)
+	}
+	if uint32(st.Mode)&syscall.S_IFMT != syscall.S_IFREG {
+		syscall.Close(fd)
+		return nil, 0, http.StatusBadRequest, notRegular(name, modeOf(uint32(st.Mode)))
+	}
+	// Regular files ignore O_NONBLOCK today; clear it so no filesystem
+	// that honours it can hand the copy a spurious EAGAIN.
+	if err := syscall.SetNonblock(fd, false); err != nil {
+		syscall.Close(fd)
+		return nil, 0, http.StatusInternalServerError, fmt.Errorf("%s: %w", name, err)
+	}
+	return os.NewFile(uintptr(fd), p), st.Size, 0, nil
+}
+
+// modeOf turns a stat(2) mode's file type into an fs.FileMode's.
+func modeOf(m uint32) os.FileMode {
+	switch m & syscall.S_IFMT {
+	case syscall.S_IFDIR:
+		return os.ModeDir
+	case syscall.S_IFIFO:
+		return os.ModeNamedPipe
+	case syscall.S_IFCHR:
+		return os.ModeDevice | os.ModeCharDevice
+	case syscall.S_IFBLK:
+		return os.ModeDevice
+	case syscall.S_IFSOCK:
+		return os.ModeSocket
+	case syscall.S_IFLNK:
+		return os.ModeSymlink
+	}
+	return os.ModeIrregular
+}
+
+// notRegular says why a download of name was refused and what to do.
+func notRegular(name string, m os.FileMode) error {
+	const cmd = "; read it with a command instead (for example head -c N)"
+	switch {
+	case m.IsDir():
+		return fmt.Errorf("%s is a directory: list it with ListDir, or download its files one by one", name)
+	case m&os.ModeNamedPipe != 0:
+		return fmt.Errorf("%s is a named pipe (FIFO): only regular files can be downloaded"+cmd, name)
+	case m&os.ModeCharDevice != 0:
+		return fmt.Errorf("%s is a character device: only regular files can be downloaded"+cmd, name)
+	case m&os.ModeDevice != 0:
+		return fmt.Errorf("%s is a block device: only regular files can be downloaded"+cmd, name)
+	case m&os.ModeSocket != 0:
+		return fmt.Errorf("%s is a socket: only regular files can be downloaded; connect to it from a command instead", name)
+	case m&os.ModeSymlink != 0:
+		return fmt.Errorf("%s is a symbolic link: download the file it points to", name)
+	}
+	return fmt.Errorf("%s is not a regular file: only regular files can be downloaded", name)
 }
 
 // uploaded is one entry of the upload reply.
