@@ -18,6 +18,7 @@ import (
 	"github.com/mcpbox/mcpbox/agent/reaper"
 	"github.com/mcpbox/mcpbox/internal/linux/fds"
 	"github.com/mcpbox/mcpbox/internal/linux/seccomp"
+	"github.com/mcpbox/mcpbox/internal/linux/ucount"
 )
 
 // The descriptors the host hands the sandbox's PID 1 (see the package doc).
@@ -121,6 +122,9 @@ func setup() (*initConfig, net.Listener, error) {
 	}
 	lf.Close()
 
+	if err := step("limit kernel objects per user", ucount.Set(userNamespaceLimits)); err != nil {
+		return nil, nil, err
+	}
 	root, err := buildRoot(cfg.Scratch, cfg.DiskBytes, cfg.UID, cfg.Volumes, cfg.Kernels)
 	if err != nil {
 		return nil, nil, err
@@ -151,8 +155,53 @@ func setup() (*initConfig, net.Listener, error) {
 	return &cfg, ln, nil
 }
 
+// userNamespaceLimits are the sandbox's own maximums, per uid inside it,
+// for kernel objects the kernel also charges to the host user that made
+// the sandbox's user namespace (root, for everything every sandbox makes;
+// see internal/linux/ucount). Without them a new namespace allows
+// INT_MAX, so one sandbox could take the host root's whole allowance
+// (128 inotify instances by default) from the host and every other
+// sandbox. User code and the agent (its file watchers) each get these.
+var userNamespaceLimits = map[string]int64{
+	// Enough for a few file watchers (a dev server, an editor's); watches
+	// are what a watcher of a big tree needs many of.
+	"max_inotify_instances": 16,
+	"max_inotify_watches":   8192,
+	// fanotify_init and every way to a new namespace are denied by the
+	// seccomp filter: zero is the second fence.
+	"max_fanotify_groups":   0,
+	"max_fanotify_marks":    0,
+	"max_user_namespaces":   0,
+	"max_pid_namespaces":    0,
+	"max_uts_namespaces":    0,
+	"max_ipc_namespaces":    0,
+	"max_net_namespaces":    0,
+	"max_mnt_namespaces":    0,
+	"max_cgroup_namespaces": 0,
+	"max_time_namespaces":   0,
+}
+
+// Resource limits that also bound what the kernel charges up the user
+// namespace chain to the host user (see the README's security section).
+const (
+	// msgqueueBytes bounds POSIX message queues: three of the default
+	// size (10 messages of 8 KiB). The host root's own allowance is its
+	// RLIMIT_MSGQUEUE, 800 KiB by default, shared with every sandbox.
+	msgqueueBytes = 256 << 10
+	// sigpending bounds queued signals (sigqueue, timers) per uid.
+	sigpending = 1024
+	// memlockBytes bounds locked memory (mlock, SHM_LOCK): the classic
+	// default, before Linux 5.16 raised it to 8 MiB.
+	memlockBytes = 64 << 10
+	// agentTasks are kept out of user code's share of the pids limit
+	// (RLIMIT_NPROC counts the tasks of one uid in the sandbox), so a fork
+	// bomb cannot keep the agent from starting a thread. It runs about 7.
+	agentTasks = 16
+)
+
 // setRlimits is the second fence behind the cgroups (and the only one
-// without root). Children inherit the limits.
+// without root). Children inherit the limits. None is raised above what
+// this process was started with.
 func setRlimits(cfg initConfig) error {
 	limits := []struct {
 		name     string
@@ -162,10 +211,18 @@ func setRlimits(cfg initConfig) error {
 		{"NOFILE", unix.RLIMIT_NOFILE, 8192},
 		{"FSIZE", unix.RLIMIT_FSIZE, uint64(cfg.DiskBytes)},
 		{"CORE", unix.RLIMIT_CORE, 0},
-		{"NPROC", unix.RLIMIT_NPROC, uint64(cfg.Pids)},
+		{"NPROC", unix.RLIMIT_NPROC, uint64(cfg.Pids - min(agentTasks, cfg.Pids/2))},
+		{"MSGQUEUE", unix.RLIMIT_MSGQUEUE, msgqueueBytes},
+		{"SIGPENDING", unix.RLIMIT_SIGPENDING, sigpending},
+		{"MEMLOCK", unix.RLIMIT_MEMLOCK, memlockBytes},
 	}
 	for _, l := range limits {
-		rl := unix.Rlimit{Cur: l.value, Max: l.value}
+		var cur unix.Rlimit
+		if err := unix.Getrlimit(l.resource, &cur); err != nil {
+			return step("getrlimit "+l.name, err)
+		}
+		v := min(l.value, cur.Max)
+		rl := unix.Rlimit{Cur: v, Max: v}
 		if err := unix.Setrlimit(l.resource, &rl); err != nil {
 			return step("setrlimit "+l.name, err)
 		}
