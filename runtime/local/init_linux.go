@@ -16,10 +16,34 @@ import (
 	"github.com/mcpbox/mcpbox"
 	"github.com/mcpbox/mcpbox/agent"
 	"github.com/mcpbox/mcpbox/agent/reaper"
+	"github.com/mcpbox/mcpbox/internal/linux/caps"
 	"github.com/mcpbox/mcpbox/internal/linux/fds"
+	"github.com/mcpbox/mcpbox/internal/linux/loopback"
+	"github.com/mcpbox/mcpbox/internal/linux/rootfs"
 	"github.com/mcpbox/mcpbox/internal/linux/seccomp"
 	"github.com/mcpbox/mcpbox/internal/linux/ucount"
 )
+
+// stepError names the setup step that failed, so a broken sandbox says
+// "pivot_root: operation not permitted", never "exit status 1".
+type stepError struct {
+	step string
+	err  error
+}
+
+func (e *stepError) Error() string { return e.step + ": " + e.err.Error() }
+func (e *stepError) Unwrap() error { return e.err }
+
+func step(name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &stepError{name, err}
+}
+
+// sandboxKernels is where the precompiled kernel drivers appear inside a
+// sandbox, read-only.
+const sandboxKernels = "/opt/mcpbox"
 
 // The descriptors the host hands the sandbox's PID 1 (see the package doc).
 const (
@@ -125,17 +149,26 @@ func setup() (*initConfig, net.Listener, error) {
 	if err := step("limit kernel objects per user", ucount.Set(userNamespaceLimits)); err != nil {
 		return nil, nil, err
 	}
-	root, err := buildRoot(cfg.Scratch, cfg.DiskBytes, cfg.UID, cfg.Volumes, cfg.Kernels)
+	opts := rootfs.Options{Scratch: cfg.Scratch, DiskBytes: cfg.DiskBytes, UID: cfg.UID,
+		Home: SandboxHome, Workspace: Workspace}
+	if cfg.Kernels != "" {
+		opts.Kernels, opts.KernelsAt = cfg.Kernels, sandboxKernels
+	}
+	for _, v := range cfg.Volumes {
+		opts.Volumes = append(opts.Volumes, rootfs.Volume{Root: v.Root, HostPath: v.HostPath,
+			SandboxPath: v.SandboxPath, ReadOnly: v.ReadOnly})
+	}
+	root, err := rootfs.Build(opts)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := pivot(root); err != nil {
+	if err := rootfs.Pivot(root); err != nil {
 		return nil, nil, err
 	}
 	if err := step("sethostname", unix.Sethostname([]byte("sandbox"))); err != nil {
 		return nil, nil, err
 	}
-	if err := loopbackUp(); err != nil {
+	if err := loopback.Up(); err != nil {
 		return nil, nil, err
 	}
 	if err := setRlimits(cfg); err != nil {
@@ -143,10 +176,10 @@ func setup() (*initConfig, net.Listener, error) {
 	}
 	// The bounding set is per thread: drop it on the thread every user
 	// process is forked from (and on this one, for good measure).
-	if err := dropBoundingSet(); err != nil {
+	if err := caps.DropBoundingSet(); err != nil {
 		return nil, nil, err
 	}
-	if err := reaper.OnSpawnerThread(dropBoundingSet); err != nil {
+	if err := reaper.OnSpawnerThread(caps.DropBoundingSet); err != nil {
 		return nil, nil, err
 	}
 	if err := step("seccomp", seccomp.Install()); err != nil {

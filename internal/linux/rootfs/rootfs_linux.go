@@ -1,7 +1,6 @@
-package local
+package rootfs
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,33 +8,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/mcpbox/mcpbox"
+	"github.com/mcpbox/mcpbox/internal/linux/mount"
 )
-
-// stepError names the setup step that failed, so a broken sandbox says
-// "pivot_root: operation not permitted", never "exit status 1".
-type stepError struct {
-	step string
-	err  error
-}
-
-func (e *stepError) Error() string { return e.step + ": " + e.err.Error() }
-func (e *stepError) Unwrap() error { return e.err }
-
-func step(name string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return &stepError{name, err}
-}
-
-func mount(source, target, fstype string, flags uintptr, data string) error {
-	return step(fmt.Sprintf("mount %s on %s", fstype+source, target), unix.Mount(source, target, fstype, flags, data))
-}
-
-// sandboxKernels is where the precompiled kernel drivers appear inside a
-// sandbox, read-only.
-const sandboxKernels = "/opt/mcpbox"
 
 // Host paths bound read-only into every sandbox. /usr is the system; the
 // /etc entries are what the dynamic loader, TLS, Python and
@@ -51,30 +25,34 @@ var (
 	devNodes     = []string{"null", "zero", "full", "random", "urandom", "tty"}
 )
 
-// buildRoot assembles the sandbox root under scratch and returns its path.
-// scratch becomes a tmpfs of diskBytes: the overlay's upper dir lives in
-// it, so everything the sandbox writes (/workspace, /tmp, $HOME, pip
-// installs) shares that one limit.
-func buildRoot(scratch string, diskBytes int64, uid int, volumes []mcpbox.Volume, kernels string) (string, error) {
-	if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+func step(name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", name, err)
+}
+
+// Build assembles the sandbox root under o.Scratch and returns its path.
+func Build(o Options) (string, error) {
+	if err := mount.MakePrivate("/"); err != nil {
 		return "", err
 	}
-	inodes := max(diskBytes/8192, 4096)
-	if err := mount("tmpfs", scratch, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
-		fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755", diskBytes, inodes)); err != nil {
+	inodes := max(o.DiskBytes/8192, 4096)
+	if err := mount.Mount("tmpfs", o.Scratch, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
+		fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755", o.DiskBytes, inodes)); err != nil {
 		return "", err
 	}
-	lower, upper, work, root := filepath.Join(scratch, "lower"), filepath.Join(scratch, "upper"),
-		filepath.Join(scratch, "work"), filepath.Join(scratch, "root")
+	lower, upper, work, root := filepath.Join(o.Scratch, "lower"), filepath.Join(o.Scratch, "upper"),
+		filepath.Join(o.Scratch, "work"), filepath.Join(o.Scratch, "root")
 	for _, d := range []string{lower, upper, work, root} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return "", step("mkdir", err)
 		}
 	}
-	if err := buildLower(lower, uid); err != nil {
+	if err := buildLower(lower, o); err != nil {
 		return "", err
 	}
-	if err := mount("overlay", root, "overlay", unix.MS_NOSUID|unix.MS_NODEV,
+	if err := mount.Mount("overlay", root, "overlay", unix.MS_NOSUID|unix.MS_NODEV,
 		fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)); err != nil {
 		return "", err
 	}
@@ -84,7 +62,7 @@ func buildRoot(scratch string, diskBytes int64, uid int, volumes []mcpbox.Volume
 		if err != nil || fi.Mode()&os.ModeSymlink != 0 || !fi.IsDir() {
 			continue // a merged-/usr symlink, recreated in buildLower
 		}
-		if err := bindReadOnly(src, filepath.Join(root, d)); err != nil {
+		if err := mount.BindReadOnly(src, filepath.Join(root, d)); err != nil {
 			return "", err
 		}
 	}
@@ -93,20 +71,20 @@ func buildRoot(scratch string, diskBytes int64, uid int, volumes []mcpbox.Volume
 		if _, err := os.Stat(src); err != nil {
 			continue
 		}
-		if err := bindReadOnly(src, filepath.Join(root, "etc", e)); err != nil {
+		if err := mount.BindReadOnly(src, filepath.Join(root, "etc", e)); err != nil {
 			return "", err
 		}
 	}
-	if kernels != "" {
-		dst := filepath.Join(root, sandboxKernels)
+	if o.Kernels != "" {
+		dst := filepath.Join(root, o.KernelsAt)
 		if err := os.MkdirAll(dst, 0o755); err != nil {
-			return "", step("mkdir "+sandboxKernels, err)
+			return "", step("mkdir "+o.KernelsAt, err)
 		}
-		if err := bindReadOnly(kernels, dst); err != nil {
+		if err := mount.BindReadOnly(o.Kernels, dst); err != nil {
 			return "", err
 		}
 	}
-	for _, v := range volumes {
+	for _, v := range o.Volumes {
 		if err := bindVolume(root, v); err != nil {
 			return "", err
 		}
@@ -122,7 +100,7 @@ func buildRoot(scratch string, diskBytes int64, uid int, volumes []mcpbox.Volume
 
 // buildLower writes the skeleton every sandbox starts from: mount points,
 // merged-/usr symlinks, and a minimal /etc with the sandbox's users.
-func buildLower(lower string, uid int) error {
+func buildLower(lower string, o Options) error {
 	dirs := map[string]os.FileMode{
 		"etc": 0o755, "home": 0o755, "root": 0o700, "proc": 0o555, "dev": 0o755,
 		"tmp": 0o1777 | os.ModeSticky, "var": 0o755, "var/tmp": 0o1777 | os.ModeSticky,
@@ -137,12 +115,12 @@ func buildLower(lower string, uid int) error {
 			return step("chmod "+d, err)
 		}
 	}
-	for _, d := range []string{SandboxHome, Workspace} {
+	for _, d := range []string{o.Home, o.Workspace} {
 		p := filepath.Join(lower, d)
 		if err := os.MkdirAll(p, 0o755); err != nil {
 			return step("mkdir "+d, err)
 		}
-		if err := os.Chown(p, uid, uid); err != nil {
+		if err := os.Chown(p, o.UID, o.UID); err != nil {
 			return step("chown "+d, err)
 		}
 	}
@@ -180,10 +158,10 @@ func buildLower(lower string, uid int) error {
 			return step("create mount point /etc/"+e, err)
 		}
 	}
-	u := strconv.Itoa(uid)
+	u := strconv.Itoa(o.UID)
 	files := map[string]string{
 		"etc/passwd": "root:x:0:0:root:/root:/bin/bash\n" +
-			"user:x:" + u + ":" + u + ":user:" + SandboxHome + ":/bin/bash\n" +
+			"user:x:" + u + ":" + u + ":user:" + o.Home + ":/bin/bash\n" +
 			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
 		"etc/group":         "root:x:0:\nuser:x:" + u + ":\nnogroup:x:65534:\n",
 		"etc/hosts":         "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n",
@@ -191,8 +169,8 @@ func buildLower(lower string, uid int) error {
 		"etc/resolv.conf":   "# This sandbox has no network of its own.\n",
 		"etc/nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n",
 	}
-	if uid == 0 { // rootless: one uid, so "user" would shadow root
-		files["etc/passwd"] = "root:x:0:0:root:" + SandboxHome + ":/bin/bash\n" +
+	if o.UID == 0 { // rootless: one uid, so "user" would shadow root
+		files["etc/passwd"] = "root:x:0:0:root:" + o.Home + ":/bin/bash\n" +
 			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
 		files["etc/group"] = "root:x:0:\nnogroup:x:65534:\n"
 	}
@@ -206,50 +184,21 @@ func buildLower(lower string, uid int) error {
 
 // bindVolume binds a host directory at its sandbox path (made in the
 // overlay, so the mount point costs the host nothing).
-func bindVolume(root string, v mcpbox.Volume) error {
+func bindVolume(root string, v Volume) error {
 	dst := filepath.Join(root, v.SandboxPath)
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return step("volume "+v.String()+": mkdir", err)
 	}
 	if v.ReadOnly {
-		return bindReadOnly(v.HostPath, dst)
+		return mount.BindReadOnly(v.HostPath, dst)
 	}
-	return mount(v.HostPath, dst, "", unix.MS_BIND|unix.MS_REC, "")
-}
-
-// bindReadOnly binds src on dst and remounts it read-only. Inside a user
-// namespace the remount must keep the flags the kernel locked on the
-// source mount (nosuid, nodev, noexec, atime), or it fails with EPERM.
-func bindReadOnly(src, dst string) error {
-	if err := mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-		return err
-	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(dst, &st); err != nil {
-		return step("statfs "+dst, err)
-	}
-	flags := uintptr(unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID) | lockedFlags(st.Flags)
-	return mount("", dst, "", flags, "")
-}
-
-func lockedFlags(f int64) uintptr {
-	var out uintptr
-	for st, ms := range map[int64]uintptr{
-		unix.ST_NODEV: unix.MS_NODEV, unix.ST_NOEXEC: unix.MS_NOEXEC,
-		unix.ST_NOATIME: unix.MS_NOATIME, unix.ST_NODIRATIME: unix.MS_NODIRATIME,
-		unix.ST_RELATIME: unix.MS_RELATIME,
-	} {
-		if f&st != 0 {
-			out |= ms
-		}
-	}
-	return out
+	return mount.Mount(v.HostPath, dst, "", unix.MS_BIND|unix.MS_REC, "")
 }
 
 // mountProc mounts a proc of the sandbox's own pid namespace and hides
 // what it would reveal about the host.
 func mountProc(dir string) error {
-	if err := mount("proc", dir, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	if err := mount.Mount("proc", dir, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return err
 	}
 	for _, f := range procMasked {
@@ -257,7 +206,7 @@ func mountProc(dir string) error {
 		if _, err := os.Lstat(p); err != nil {
 			continue
 		}
-		if err := mount("/dev/null", p, "", unix.MS_BIND, ""); err != nil {
+		if err := mount.Mount("/dev/null", p, "", unix.MS_BIND, ""); err != nil {
 			return err
 		}
 	}
@@ -266,7 +215,7 @@ func mountProc(dir string) error {
 		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
 			continue
 		}
-		if err := mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0"); err != nil {
+		if err := mount.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0"); err != nil {
 			return err
 		}
 	}
@@ -275,7 +224,7 @@ func mountProc(dir string) error {
 		if _, err := os.Lstat(p); err != nil {
 			continue
 		}
-		if err := bindReadOnly(p, p); err != nil {
+		if err := mount.BindReadOnly(p, p); err != nil {
 			return err
 		}
 	}
@@ -285,7 +234,7 @@ func mountProc(dir string) error {
 // mountDev builds a minimal /dev: a few host device nodes bound in (a user
 // namespace cannot mknod), a private devpts, and a small /dev/shm.
 func mountDev(dir string) error {
-	if err := mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755"); err != nil {
+	if err := mount.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755"); err != nil {
 		return err
 	}
 	for _, n := range devNodes {
@@ -293,7 +242,7 @@ func mountDev(dir string) error {
 		if err := os.WriteFile(p, nil, 0o666); err != nil {
 			return step("create /dev/"+n, err)
 		}
-		if err := mount("/dev/"+n, p, "", unix.MS_BIND, ""); err != nil {
+		if err := mount.Mount("/dev/"+n, p, "", unix.MS_BIND, ""); err != nil {
 			return err
 		}
 	}
@@ -302,11 +251,11 @@ func mountDev(dir string) error {
 			return step("mkdir /dev/"+d, err)
 		}
 	}
-	if err := mount("devpts", filepath.Join(dir, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC,
+	if err := mount.Mount("devpts", filepath.Join(dir, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC,
 		"newinstance,ptmxmode=0666,mode=0620"); err != nil {
 		return err
 	}
-	if err := mount("tmpfs", filepath.Join(dir, "shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
+	if err := mount.Mount("tmpfs", filepath.Join(dir, "shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
 		"size=64m,mode=1777"); err != nil {
 		return err
 	}
@@ -320,8 +269,8 @@ func mountDev(dir string) error {
 	return nil
 }
 
-// pivot makes root the filesystem root and detaches the host's.
-func pivot(root string) error {
+// Pivot makes root the filesystem root and detaches the host's.
+func Pivot(root string) error {
 	if err := step("chdir new root", unix.Chdir(root)); err != nil {
 		return err
 	}
@@ -334,33 +283,4 @@ func pivot(root string) error {
 		return err
 	}
 	return step("chdir /", unix.Chdir("/"))
-}
-
-// loopbackUp brings lo up: the network namespace has nothing else.
-func loopbackUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return step("socket for lo", err)
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return step("ifreq lo", err)
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return step("get lo flags", err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	return step("bring lo up", unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr))
-}
-
-// dropBoundingSet empties the capability bounding set, so nothing exec'd
-// from here can hold a capability again, whatever its uid.
-func dropBoundingSet() error {
-	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-			return step("drop capability "+strconv.Itoa(c), err)
-		}
-	}
-	return nil
 }

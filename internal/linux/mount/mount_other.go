@@ -1,0 +1,19 @@
+//go:build !linux
+
+package mount
+
+import (
+	"fmt"
+	"runtime"
+)
+
+// Mount fails: mounts here are written for Linux.
+func Mount(source, target, fstype string, flags uintptr, data string) error { return unsupported() }
+
+// MakePrivate fails: mounts here are written for Linux.
+func MakePrivate(path string) error { return unsupported() }
+
+// BindReadOnly fails: mounts here are written for Linux.
+func BindReadOnly(src, dst string) error { return unsupported() }
+
+func unsupported() error { return fmt.Errorf("mount: unsupported on %s", runtime.GOOS) }

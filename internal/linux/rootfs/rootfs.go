@@ -1,0 +1,52 @@
+// Package rootfs builds a sandbox's root file system and makes it the
+// calling process's root.
+//
+// [Build] runs in the sandbox's new mount namespace, as root of its user
+// namespace. It mounts a size-limited tmpfs on a scratch directory and
+// builds there an overlay whose lower layer is a skeleton written fresh
+// (mount points, merged-/usr links, a minimal /etc with the sandbox's
+// users) and whose upper layer takes every write, so everything the
+// sandbox stores shares the tmpfs's one limit. Onto the overlay go
+// read-only binds of the host's /usr and a few /etc files, the
+// precompiled kernel drivers, the session's volumes, a fresh /proc with
+// what it would reveal of the host masked, and a minimal /dev. [Pivot]
+// then makes it the root and detaches the host's.
+//
+// Errors name the step that failed: "pivot_root: operation not permitted".
+package rootfs
+
+// Options describe one sandbox's root.
+type Options struct {
+	// Scratch is the host directory the sandbox's tmpfs is mounted on
+	// (in the sandbox's mount namespace only); the root is built in it.
+	Scratch string
+	// DiskBytes is the tmpfs's size: all the sandbox may write.
+	DiskBytes int64
+	// UID owns Home and Workspace (and is their group too).
+	UID int
+	// Home and Workspace are sandbox paths made for user code.
+	Home, Workspace string
+	// Kernels is a host directory bound read-only at KernelsAt, a sandbox
+	// path; none when empty.
+	Kernels, KernelsAt string
+	// Volumes are host directories bound into the sandbox.
+	Volumes []Volume
+}
+
+// Volume is a host directory bound into the sandbox.
+type Volume struct {
+	// Root is the allow-listed host directory HostPath lies beneath.
+	Root        string
+	HostPath    string
+	SandboxPath string
+	ReadOnly    bool
+}
+
+// String is the mapping as written in config: host:sandbox[:ro].
+func (v Volume) String() string {
+	s := v.HostPath + ":" + v.SandboxPath
+	if v.ReadOnly {
+		s += ":ro"
+	}
+	return s
+}
