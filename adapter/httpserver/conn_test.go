@@ -115,7 +115,7 @@ func TestSlowBodyCut(t *testing.T) {
 
 // openSSE opens a legacy SSE stream and returns the endpoint its messages
 // go to and the stream, read up to the endpoint event.
-func (f *fixture) openSSE(t *testing.T) (string, io.ReadCloser) {
+func (f *fixture) openSSE(t testing.TB) (string, io.ReadCloser) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, f.url+"/sse", nil)
 	resp, err := http.DefaultClient.Do(req)
@@ -123,19 +123,28 @@ func (f *fixture) openSSE(t *testing.T) (string, io.ReadCloser) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { resp.Body.Close() })
-	// Byte by byte, so nothing after the event is buffered away.
+	ep, err := readEndpoint(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ep, resp.Body
+}
+
+// readEndpoint reads an SSE stream up to its endpoint event, byte by byte
+// so nothing after it is buffered away, and returns the event's data.
+func readEndpoint(r io.Reader) (string, error) {
 	var line []byte
 	b := make([]byte, 1)
 	for {
-		if _, err := io.ReadFull(resp.Body, b); err != nil {
-			t.Fatalf("no endpoint event: %v", err)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return "", fmt.Errorf("no endpoint event: %w", err)
 		}
 		if b[0] != '\n' {
 			line = append(line, b[0])
 			continue
 		}
 		if ep, ok := strings.CutPrefix(string(line), "data: "); ok {
-			return ep, resp.Body
+			return ep, nil
 		}
 		line = line[:0]
 	}

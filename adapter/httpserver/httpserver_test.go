@@ -28,14 +28,20 @@ type fixture struct {
 	h   *httpserver.Handler
 }
 
-func newFixture(t *testing.T, opts httpserver.Options) *fixture {
+func newFixture(t testing.TB, opts httpserver.Options) *fixture {
+	t.Helper()
+	return newFixtureOn(t, opts, testutil.NewFakeRuntime())
+}
+
+// newFixtureOn is newFixture on a given runtime.
+func newFixtureOn(t testing.TB, opts httpserver.Options, rt *testutil.FakeRuntime) *fixture {
 	t.Helper()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpbox.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	m, err := manager.New(context.Background(), &manager.Options{Runtime: testutil.NewFakeRuntime(), Store: st,
+	m, err := manager.New(context.Background(), &manager.Options{Runtime: rt, Store: st,
 		WarmKernel: func(context.Context, http.RoundTripper) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +58,7 @@ func newFixture(t *testing.T, opts httpserver.Options) *fixture {
 
 // serve runs h the way mcpbox serve does, on its own server and bounded
 // listener, and returns its base URL.
-func serve(t *testing.T, h *httpserver.Handler) string {
+func serve(t testing.TB, h *httpserver.Handler) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
