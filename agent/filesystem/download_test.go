@@ -164,3 +164,26 @@ func TestDownloadOfAGrowingFile(t *testing.T) {
 		})
 	}
 }
+
+// TestCallerErrors: what a caller got wrong is a 4xx, not a 500 (both
+// found by the agent's fuzz targets).
+func TestCallerErrors(t *testing.T) {
+	e := setup(t, 0)
+	e.upload(t, "/f.txt", []byte("x"))
+	if code, msg := e.download(t, "/f.txt/0"); code != http.StatusNotFound {
+		t.Errorf("download below a file: %d %s, want 404", code, msg)
+	}
+	truncated := "--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\r\n\r\npartial"
+	resp, err := http.Post(e.url+"/files?path=/up", "multipart/form-data; boundary=b", strings.NewReader(truncated))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("truncated multipart upload: %d %s, want 400", resp.StatusCode, msg)
+	}
+	if _, err := os.Stat(filepath.Join(e.root, "up")); err == nil {
+		t.Error("a truncated upload was left behind")
+	}
+}

@@ -96,6 +96,10 @@ func openRegular(p, name string) (f *os.File, size int64, status int, err error)
 		switch {
 		case errors.Is(err, syscall.ENOENT):
 			return nil, 0, http.StatusNotFound, fmt.Errorf("%s: no such file", name)
+		case errors.Is(err, syscall.ENOTDIR):
+			return nil, 0, http.StatusNotFound, fmt.Errorf("%s: no such file (a parent is not a directory)", name)
+		case errors.Is(err, syscall.ENAMETOOLONG):
+			return nil, 0, http.StatusBadRequest, fmt.Errorf("%.100s…: the path is too long", name)
 		case errors.Is(err, syscall.ELOOP):
 			return nil, 0, http.StatusBadRequest, fmt.Errorf("%s is a symbolic link that changed while it was resolved: try again", name)
 		case errors.Is(err, syscall.ENXIO), errors.Is(err, syscall.EOPNOTSUPP):
@@ -283,7 +287,8 @@ func (s *Service) write(path string, body io.Reader) (*uploaded, error) {
 		return nil, &uploadError{statusOf(err), fmt.Sprintf("%s: %v", path, err)}
 	}
 	s.chown(p)
-	n, err := io.Copy(f, io.LimitReader(body, s.opts.MaxFileBytes+1))
+	src := &bodyReader{r: io.LimitReader(body, s.opts.MaxFileBytes+1)}
+	n, err := io.Copy(f, src)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -293,6 +298,9 @@ func (s *Service) write(path string, body io.Reader) (*uploaded, error) {
 	}
 	if err != nil {
 		os.Remove(p)
+		if src.err != nil {
+			return nil, &uploadError{http.StatusBadRequest, fmt.Sprintf("%s: read the upload: %v", path, src.err)}
+		}
 		if st := statusOf(err); st == http.StatusInsufficientStorage {
 			return nil, &uploadError{st, fmt.Sprintf("%s: no space left in the sandbox (the flavor's disk limit)", path)}
 		}
@@ -301,13 +309,29 @@ func (s *Service) write(path string, body io.Reader) (*uploaded, error) {
 	return &uploaded{Path: clean, Name: filepath.Base(clean), Type: "file"}, nil
 }
 
+// bodyReader remembers a read error, so that a truncated or malformed
+// upload is told apart from a failed write.
+type bodyReader struct {
+	r   io.Reader
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		b.err = err
+	}
+	return n, err
+}
+
 func statusOf(err error) int {
 	switch {
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT), errors.Is(err, syscall.EFBIG):
 		return http.StatusInsufficientStorage
 	case errors.Is(err, os.ErrPermission):
 		return http.StatusForbidden
-	case errors.Is(err, os.ErrNotExist), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR):
+	case errors.Is(err, os.ErrNotExist), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR),
+		errors.Is(err, syscall.ENAMETOOLONG), errors.Is(err, syscall.ELOOP):
 		return http.StatusBadRequest
 	}
 	return http.StatusInternalServerError
