@@ -25,9 +25,9 @@ const (
 // timeouts of Options. Serve it on [Handler.Listener], which bounds the
 // connections.
 //
-// It sets no ReadTimeout or WriteTimeout: both would cut SSE streams and
-// long tool calls. Request bodies get their own deadline instead (see
-// Options.BodyTimeout), and idle event streams get keepalive comments.
+// It sets no WriteTimeout, which would cut event streams and long tool
+// calls, and no ReadTimeout: the handler bounds request bodies itself (see
+// Options.BodyTimeout), so the bound does not depend on this server.
 func (h *Handler) Server() *http.Server {
 	return &http.Server{
 		Handler:           h,
