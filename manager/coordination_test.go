@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,9 +63,58 @@ func TestDoor(t *testing.T) {
 	}
 }
 
+// interleave is a Store that runs hook once, right after the first
+// GetSession of a given id returns: it puts another caller's whole
+// operation between a read and the write that follows it.
+type interleave struct {
+	mcpbox.Store
+	id   string
+	done atomic.Bool
+	hook func()
+}
+
+func (s *interleave) GetSession(ctx context.Context, id string) (*mcpbox.Session, error) {
+	got, err := s.Store.GetSession(ctx, id)
+	if id == s.id && s.done.CompareAndSwap(false, true) {
+		s.hook() // which reads the record too: hence no sync.Once
+	}
+	return got, err
+}
+
 // TestTouchRacingStop: a use that read the record before a stop never
-// writes it back as running.
+// writes it back as running — when a stop falls exactly between a touch's
+// read and its write, and when many touches race one stop.
 func TestTouchRacingStop(t *testing.T) {
+	ctx := context.Background()
+	t.Run("between read and write", func(t *testing.T) {
+		st := &interleave{Store: memstore.New()}
+		clk := &clock{now: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+		m, err := manager.New(ctx, &manager.Options{Runtime: testutil.NewFakeRuntime(), Store: st, Now: clk.Now, WarmKernel: noWarm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := m.Create(ctx, "alice", manager.CreateRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Minute)
+		st.id = s.ID
+		st.hook = func() {
+			if err := m.Stop(ctx, "alice", s.ID); err != nil {
+				t.Error(err)
+			}
+		}
+		if _, err := m.Touch(ctx, "alice", s.ID); mcpbox.ErrorCode(err) != mcpbox.ESESSION {
+			t.Errorf("touch across a stop: %v, want %s", err, mcpbox.ESESSION)
+		}
+		if got, _ := st.Store.GetSession(ctx, s.ID); got.State != mcpbox.SessionStopped {
+			t.Errorf("after a touch across a stop the record says %s", got.State)
+		}
+	})
+	t.Run("many touches", func(t *testing.T) { manyTouches(t) })
+}
+
+func manyTouches(t *testing.T) {
 	ctx := context.Background()
 	for i := range 20 {
 		m, rt, clk := newManager(t, manager.Options{})
@@ -189,16 +239,16 @@ func TestRecoverStates(t *testing.T) {
 		want    mcpbox.SessionState
 		exists  bool // sandbox left afterwards
 	}{
-		"deadpooled":    {"dead", mcpbox.SessionPooled, true, true, false, "", false},
-		"deadcreating":  {"dead", mcpbox.SessionCreating, true, true, false, "", false},
-		"deadrunning":   {"dead", mcpbox.SessionRunning, true, true, false, mcpbox.SessionRunning, true},
-		"deadcrashed":   {"dead", mcpbox.SessionRunning, true, false, false, mcpbox.SessionStopped, false},
-		"deadexpired":   {"dead", mcpbox.SessionRunning, true, true, true, mcpbox.SessionExpired, false},
-		"deadstopping":  {"dead", mcpbox.SessionStopping, true, true, false, mcpbox.SessionStopped, false},
-		"livecreating":  {live.Holder(), mcpbox.SessionCreating, true, true, false, mcpbox.SessionCreating, true},
-		"livepooled":    {live.Holder(), mcpbox.SessionPooled, true, true, false, mcpbox.SessionPooled, true},
-		"liverunning":   {live.Holder(), mcpbox.SessionRunning, true, false, false, mcpbox.SessionRunning, true},
-		"deadnorecord":  {"", "", true, true, false, "", false},
+		"deadpooled":   {"dead", mcpbox.SessionPooled, true, true, false, "", false},
+		"deadcreating": {"dead", mcpbox.SessionCreating, true, true, false, "", false},
+		"deadrunning":  {"dead", mcpbox.SessionRunning, true, true, false, mcpbox.SessionRunning, true},
+		"deadcrashed":  {"dead", mcpbox.SessionRunning, true, false, false, mcpbox.SessionStopped, false},
+		"deadexpired":  {"dead", mcpbox.SessionRunning, true, true, true, mcpbox.SessionExpired, false},
+		"deadstopping": {"dead", mcpbox.SessionStopping, true, true, false, mcpbox.SessionStopped, false},
+		"livecreating": {live.Holder(), mcpbox.SessionCreating, true, true, false, mcpbox.SessionCreating, true},
+		"livepooled":   {live.Holder(), mcpbox.SessionPooled, true, true, false, mcpbox.SessionPooled, true},
+		"liverunning":  {live.Holder(), mcpbox.SessionRunning, true, false, false, mcpbox.SessionRunning, true},
+		"deadnorecord": {"", "", true, true, false, "", false},
 	}
 	for id, c := range cases {
 		if c.sandbox {

@@ -25,8 +25,8 @@ type CommandRequest struct {
 	// Args, when Command is empty, is a program and its arguments, run as
 	// they are with no shell.
 	Args []string
-	Cwd     string
-	Env     map[string]string
+	Cwd  string
+	Env  map[string]string
 	// Timeout kills the command when it passes; 0 means 30s.
 	Timeout time.Duration
 }
