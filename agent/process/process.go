@@ -339,8 +339,13 @@ func (s *Service) watch(p *proc) {
 	// Only now does the grace start: a pump still busy delivering earlier
 	// output to a slow stream takes the rest of the pipe when it returns.
 	grace := time.Now().Add(exitGrace)
-	p.stdout.SetReadDeadline(grace)
-	p.stderr.SetReadDeadline(grace)
+	for _, f := range []*os.File{p.stdout, p.stderr} {
+		if err := f.SetReadDeadline(grace); err != nil {
+			// Pipes are pollable on Linux; if not, a descendant holding
+			// one open would hold the end event too.
+			s.log.Warn("pipe read deadline", "pid", p.pid, "err", err)
+		}
+	}
 	readers.Wait()
 	p.stdout.Close()
 	p.stderr.Close()
