@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -162,7 +163,13 @@ func checkInterpreter(prog string) error {
 // it. The session is ephemeral: its sandbox dies with this process, even
 // when it is killed.
 func (m *Main) runOnce(ctx context.Context, c config.Config, req manager.CreateRequest, f func(context.Context, *manager.Manager, string) error) error {
-	log := slog.New(slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: logLevel(c.LogLevel)}))
+	// The program's own output owns the terminal: mcpbox says only what
+	// went wrong, unless the config asks for more.
+	lvl := logLevel(c.LogLevel)
+	if lvl >= slog.LevelInfo {
+		lvl = slog.LevelWarn
+	}
+	log := slog.New(slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: lvl}))
 	s, err := m.open(ctx, c, log, stackOptions{})
 	if err != nil {
 		return err
@@ -252,13 +259,17 @@ func (m *Main) runKernel(ctx context.Context, mgr *manager.Manager, id, code, ev
 	} else {
 		fmt.Fprintf(m.Stderr, "%s: %s\n", failed.Name, failed.Value)
 	}
-	if failed.Name == "SystemExit" {
-		if n, err := strconv.Atoi(failed.Value); err == nil {
+	if failed.Name == "KernelExited" {
+		if m := exitStatus.FindStringSubmatch(failed.Value); m != nil {
+			n, _ := strconv.Atoi(m[1])
 			return &exitError{n}
 		}
 	}
 	return &exitError{1}
 }
+
+// exitStatus finds the status in a KernelExited error's value.
+var exitStatus = regexp.MustCompile(`exited with status (\d+)`)
 
 // signalNumber recovers the signal from a status such as "signal: killed".
 func signalNumber(status string) int {
