@@ -146,9 +146,6 @@ func setup() (*initConfig, net.Listener, error) {
 	}
 	lf.Close()
 
-	if err := step("limit kernel objects per user", ucount.Set(userNamespaceLimits)); err != nil {
-		return nil, nil, err
-	}
 	opts := rootfs.Options{Scratch: cfg.Scratch, DiskBytes: cfg.DiskBytes, UID: cfg.UID,
 		Home: SandboxHome, Workspace: Workspace}
 	if cfg.Kernels != "" {
@@ -160,6 +157,12 @@ func setup() (*initConfig, net.Listener, error) {
 	}
 	root, err := rootfs.Build(opts)
 	if err != nil {
+		return nil, nil, err
+	}
+	// After the root is built: binding a volume takes a mount namespace
+	// of its own for a moment (open_tree), and the limits allow none.
+	// Before the pivot: the sandbox's /proc/sys is read-only.
+	if err := step("limit kernel objects per user", ucount.Set(userNamespaceLimits)); err != nil {
 		return nil, nil, err
 	}
 	if err := rootfs.Pivot(root); err != nil {

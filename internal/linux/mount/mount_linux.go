@@ -4,7 +4,10 @@
 package mount
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 )
@@ -38,6 +41,52 @@ func BindReadOnly(src, dst string) error {
 	}
 	flags := uintptr(unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID) | lockedFlags(st.Flags)
 	return Mount("", dst, "", flags, "")
+}
+
+// mountSetattr is unix.MountSetattr; tests replace it to take the way
+// Linux 5.11 goes.
+var mountSetattr = unix.MountSetattr
+
+// BindFD binds the directory src is open on, with everything mounted
+// beneath it, onto the directory dst is open on: no name is looked up, so
+// nothing renamed or linked since the two were opened changes what is
+// bound where. With readOnly every mount of the copy is read-only, not
+// only its top. The copy is nosuid and nodev either way. src and dst may
+// be O_PATH descriptors.
+func BindFD(src, dst *os.File, readOnly bool) error {
+	tree, err := unix.OpenTree(int(src.Fd()), "",
+		unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
+	if err != nil {
+		return fmt.Errorf("open_tree %s: %w", src.Name(), err)
+	}
+	defer unix.Close(tree)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if readOnly {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	setattr := mountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr)
+	if setattr != nil && !errors.Is(setattr, unix.ENOSYS) {
+		return fmt.Errorf("mount_setattr %s: %w", src.Name(), setattr)
+	}
+	if err := unix.MoveMount(tree, "", int(dst.Fd()), "",
+		unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("move_mount %s to %s: %w", src.Name(), dst.Name(), err)
+	}
+	if setattr == nil || !readOnly {
+		return nil
+	}
+	// Linux 5.11 has no mount_setattr: remount the top of the copy, now
+	// attached, through its descriptor (its submounts stay as they were).
+	at := "/proc/self/fd/" + strconv.Itoa(tree)
+	var st unix.Statfs_t
+	if err := unix.Statfs(at, &st); err != nil {
+		return fmt.Errorf("statfs %s: %w", dst.Name(), err)
+	}
+	flags := uintptr(unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV) | lockedFlags(st.Flags)
+	if err := unix.Mount("", at, "", flags, ""); err != nil {
+		return fmt.Errorf("remount %s read-only: %w", dst.Name(), err)
+	}
+	return nil
 }
 
 // lockedFlags translates statfs flags to the mount flags a remount must

@@ -4,6 +4,7 @@ package mount
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 )
 
@@ -15,5 +16,8 @@ func MakePrivate(path string) error { return unsupported() }
 
 // BindReadOnly fails: mounts here are written for Linux.
 func BindReadOnly(src, dst string) error { return unsupported() }
+
+// BindFD fails: mounts here are written for Linux.
+func BindFD(src, dst *os.File, readOnly bool) error { return unsupported() }
 
 func unsupported() error { return fmt.Errorf("mount: unsupported on %s", runtime.GOOS) }

@@ -5,10 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/mcpbox/mcpbox/internal/linux/mount"
+	"github.com/mcpbox/mcpbox/internal/linux/safepath"
 )
 
 // Host paths bound read-only into every sandbox. /usr is the system; the
@@ -84,10 +86,8 @@ func Build(o Options) (string, error) {
 			return "", err
 		}
 	}
-	for _, v := range o.Volumes {
-		if err := bindVolume(root, v); err != nil {
-			return "", err
-		}
+	if err := bindVolumes(root, o.Volumes); err != nil {
+		return "", err
 	}
 	if err := mountProc(filepath.Join(root, "proc")); err != nil {
 		return "", err
@@ -182,17 +182,63 @@ func buildLower(lower string, o Options) error {
 	return nil
 }
 
-// bindVolume binds a host directory at its sandbox path (made in the
-// overlay, so the mount point costs the host nothing).
-func bindVolume(root string, v Volume) error {
-	dst := filepath.Join(root, v.SandboxPath)
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		return step("volume "+v.String()+": mkdir", err)
+// bindVolumes binds each volume's host directory at its sandbox path.
+// Neither path is used by name once checked: the host directory is opened
+// beneath its root and the mount point made beneath the new root, both
+// without following a link (see internal/linux/safepath), and the bind
+// goes from one descriptor to the other. A link swapped into the host
+// path after the manager checked it, or planted in one volume where
+// another's mount point must be made, fails the volume instead of
+// redirecting it.
+func bindVolumes(root string, volumes []Volume) error {
+	for _, v := range volumes {
+		for _, w := range volumes {
+			if v != w && (v.SandboxPath == w.SandboxPath || strings.HasPrefix(v.SandboxPath, w.SandboxPath+"/")) {
+				return fmt.Errorf("volume %s: its sandbox path is inside volume %s's (volumes may not nest)", v, w)
+			}
+		}
 	}
-	if v.ReadOnly {
-		return mount.BindReadOnly(v.HostPath, dst)
+	r, err := os.OpenFile(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return step("open new root", err)
 	}
-	return mount.Mount(v.HostPath, dst, "", unix.MS_BIND|unix.MS_REC, "")
+	defer r.Close()
+	for _, v := range volumes {
+		if err := bindVolume(r, v); err != nil {
+			return fmt.Errorf("volume %s: %w", v, err)
+		}
+	}
+	return nil
+}
+
+func bindVolume(root *os.File, v Volume) error {
+	// Without a root (a record older than roots), the whole path must be
+	// free of links: what the manager checked by name is what is bound.
+	hostRoot, what := v.Root, "open host path beneath "+v.Root
+	if hostRoot == "" {
+		hostRoot, what = "/", "open host path (no root given: no link allowed anywhere on it)"
+	}
+	rel, err := safepath.Rel(hostRoot, v.HostPath)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	// The root is the operator's allow-list entry, trusted as named.
+	hr, err := os.OpenFile(hostRoot, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open volume root: %w", err)
+	}
+	defer hr.Close()
+	src, err := safepath.OpenDir(hr, rel)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	defer src.Close()
+	dst, err := safepath.MkdirAll(root, strings.TrimPrefix(v.SandboxPath, "/"), 0o755)
+	if err != nil {
+		return fmt.Errorf("make mount point: %w", err)
+	}
+	defer dst.Close()
+	return mount.BindFD(src, dst, v.ReadOnly)
 }
 
 // mountProc mounts a proc of the sandbox's own pid namespace and hides
