@@ -124,7 +124,8 @@ func (m *Main) open(ctx context.Context, c config.Config, log *slog.Logger, so s
 		MaxSessions: c.MaxSessions, MaxSessionsPerOwner: c.MaxSessionsPerOwner, MaxConcurrentExecutions: c.MaxConcurrentExecutions,
 		DefaultIdleTimeout: c.IdleTimeout, DefaultTTL: c.DefaultTTL, MaxTTL: c.MaxTTL,
 		VolumeRoots: c.VolumeRoots, Volumes: vols,
-		HostCPUs: cpus, HostMemoryBytes: mem,
+		HostCPUs: cpus, HostMemoryBytes: mem, Overcommit: c.Overcommit, LeaseTTL: c.LeaseTTL,
+		MaxBackgroundCommands: c.MaxBackgroundCommands, MaxOutputBytes: int64(c.MaxOutputBytes), MaxFileBytes: int64(c.MaxFileBytes),
 	})
 	if err != nil {
 		s.close()

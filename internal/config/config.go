@@ -35,8 +35,21 @@ type Config struct {
 	IdleTimeout             time.Duration `yaml:"idle_timeout" env:"MCPBOX_IDLE_TIMEOUT"`
 	DefaultTTL              time.Duration `yaml:"default_ttl" env:"MCPBOX_DEFAULT_TTL"`
 	MaxTTL                  time.Duration `yaml:"max_ttl" env:"MCPBOX_MAX_TTL"`
-	StopSessionsOnExit      bool          `yaml:"stop_sessions_on_exit" env:"MCPBOX_STOP_SESSIONS_ON_EXIT"`
-	LogLevel                string        `yaml:"log_level" env:"MCPBOX_LOG_LEVEL"`
+	MaxBackgroundCommands   int           `yaml:"max_background_commands" env:"MCPBOX_MAX_BACKGROUND_COMMANDS"`
+	// MaxOutputBytes caps what the host keeps of one command's stdout and
+	// of its stderr; MaxFileBytes one file read. Past them output is
+	// dropped (and the reply says how much), a file read is refused.
+	MaxOutputBytes int `yaml:"max_output_bytes" env:"MCPBOX_MAX_OUTPUT_BYTES"`
+	MaxFileBytes   int `yaml:"max_file_bytes" env:"MCPBOX_MAX_FILE_BYTES"`
+	// Overcommit is how many times the host's memory the live sandboxes'
+	// flavors (memory and disk) may add up to before creates are refused.
+	Overcommit float64 `yaml:"overcommit" env:"MCPBOX_OVERCOMMIT"`
+	// LeaseTTL is how long an mcpbox process's lease in the store lasts
+	// unrenewed: another process takes over its sandboxes this long after
+	// it dies.
+	LeaseTTL           time.Duration `yaml:"lease_ttl" env:"MCPBOX_LEASE_TTL"`
+	StopSessionsOnExit bool          `yaml:"stop_sessions_on_exit" env:"MCPBOX_STOP_SESSIONS_ON_EXIT"`
+	LogLevel           string        `yaml:"log_level" env:"MCPBOX_LOG_LEVEL"`
 
 	// CORSOrigins are the browser origins allowed to call the HTTP
 	// endpoints; any other Origin is refused with 403.
@@ -77,7 +90,8 @@ type Flavor struct {
 func Default() Config {
 	return Config{
 		Host: "127.0.0.1", Port: 8080,
-		MaxSessions: 100, MaxSessionsPerOwner: 20, MaxConcurrentExecutions: 4,
+		MaxSessions: 100, MaxSessionsPerOwner: 20, MaxConcurrentExecutions: 4, MaxBackgroundCommands: 8,
+		MaxOutputBytes: 1 << 20, MaxFileBytes: 16 << 20, Overcommit: 4, LeaseTTL: 15 * time.Second,
 		IdleTimeout: 15 * time.Minute, DefaultTTL: time.Hour, MaxTTL: 24 * time.Hour,
 		LogLevel: "info", MaxBodyMB: 64,
 	}
@@ -173,6 +187,12 @@ func set(f reflect.Value, s string) error {
 			}
 		}
 		f.Set(reflect.ValueOf(list))
+	case float64:
+		n, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return errors.New("not a number")
+		}
+		f.SetFloat(n)
 	case time.Duration:
 		d, err := time.ParseDuration(s)
 		if err != nil {
@@ -195,7 +215,9 @@ func (c Config) Validate() error {
 	if c.Host == "" {
 		bad("host", "is empty")
 	}
-	for key, n := range map[string]int{"max_sessions": c.MaxSessions, "max_sessions_per_owner": c.MaxSessionsPerOwner, "max_concurrent_executions": c.MaxConcurrentExecutions} {
+	for key, n := range map[string]int{"max_sessions": c.MaxSessions, "max_sessions_per_owner": c.MaxSessionsPerOwner,
+		"max_concurrent_executions": c.MaxConcurrentExecutions, "max_background_commands": c.MaxBackgroundCommands,
+		"max_output_bytes": c.MaxOutputBytes, "max_file_bytes": c.MaxFileBytes} {
 		if n < 1 {
 			bad(key, "must be at least 1, got %d", n)
 		}
@@ -211,7 +233,10 @@ func (c Config) Validate() error {
 	if c.MaxSessionsPerOwner > c.MaxSessions {
 		bad("max_sessions_per_owner", "%d is above max_sessions (%d)", c.MaxSessionsPerOwner, c.MaxSessions)
 	}
-	for key, d := range map[string]time.Duration{"idle_timeout": c.IdleTimeout, "default_ttl": c.DefaultTTL, "max_ttl": c.MaxTTL} {
+	if c.Overcommit <= 0 {
+		bad("overcommit", "must be above 0, got %g", c.Overcommit)
+	}
+	for key, d := range map[string]time.Duration{"idle_timeout": c.IdleTimeout, "default_ttl": c.DefaultTTL, "max_ttl": c.MaxTTL, "lease_ttl": c.LeaseTTL} {
 		if d <= 0 {
 			bad(key, "must be above 0, got %s", d)
 		}
