@@ -101,9 +101,15 @@ func (s *syncBuffer) String() string {
 // start runs serve on s's home and port and waits until it answers.
 func (s *server) start(t testing.TB, args ...string) *proc {
 	t.Helper()
+	return s.startEnv(t, []string{"MCPBOX_HOME=" + s.home}, args...)
+}
+
+// startEnv is start with env added to the process's environment.
+func (s *server) startEnv(t testing.TB, env []string, args ...string) *proc {
+	t.Helper()
 	u, _ := url.Parse(s.url)
 	cmd := exec.Command(s.bin, append([]string{"serve", "--port", u.Port()}, args...)...)
-	cmd.Env = append(os.Environ(), "MCPBOX_HOME="+s.home)
+	cmd.Env = append(os.Environ(), env...)
 	p := &proc{cmd: cmd, log: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	if err := cmd.Start(); err != nil {

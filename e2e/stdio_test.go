@@ -25,8 +25,20 @@ type stdio struct {
 
 func startStdio(t *testing.T, bin, home string, opts *mcp.ClientOptions) *stdio {
 	t.Helper()
-	cmd := exec.Command(bin, "mcp")
-	cmd.Env = append(os.Environ(), "MCPBOX_HOME="+home)
+	return startStdioOpts(t, bin, []string{"MCPBOX_HOME=" + home}, opts)
+}
+
+// startStdioEnv starts `mcpbox mcp args…` with env added to its
+// environment.
+func startStdioEnv(t *testing.T, bin string, env []string, args ...string) *stdio {
+	t.Helper()
+	return startStdioOpts(t, bin, env, nil, args...)
+}
+
+func startStdioOpts(t *testing.T, bin string, env []string, opts *mcp.ClientOptions, args ...string) *stdio {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"mcp"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = &syncBuffer{}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

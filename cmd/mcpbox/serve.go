@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
-	goruntime "runtime"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -168,7 +167,8 @@ func (m *Main) serve(ctx context.Context, c config.Config) error {
 	}
 	defer s.close()
 	h = httpserver.New(httpserver.Options{MCP: s.mcp, Manager: s.mgr, Keys: s.st, Version: mcpbox.Version,
-		Runtime: runtimeName(s.rt), CORSOrigins: c.CORSOrigins, MaxBodyBytes: int64(c.MaxBodyMB) << 20, Logger: log})
+		Runtime: runtimeName(s.rt), CORSOrigins: c.CORSOrigins, MaxBodyBytes: int64(c.MaxBodyMB) << 20, Logger: log,
+		BodyTimeout: c.HTTPBodyTimeout, IdleTimeout: c.HTTPIdleTimeout, MaxConns: c.MaxConnections})
 
 	keys, err := s.st.ListKeys(ctx)
 	if err != nil {
@@ -190,7 +190,7 @@ func (m *Main) serve(ctx context.Context, c config.Config) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv, ln := h.Server(), h.Listener(ln)
 	auth := "no API keys: every caller is the local owner"
 	if live > 0 {
 		auth = fmt.Sprintf("%d API keys", live)

@@ -56,6 +56,12 @@ type Config struct {
 	CORSOrigins []string `yaml:"cors_origins" env:"MCPBOX_CORS_ORIGINS"`
 	// MaxBodyMB caps an HTTP request body (write_file content travels in it).
 	MaxBodyMB int `yaml:"max_body_mb" env:"MCPBOX_MAX_BODY_MB"`
+	// HTTPBodyTimeout bounds reading one request body; HTTPIdleTimeout
+	// closes keep-alive connections idle this long; MaxConnections bounds
+	// open HTTP connections (more wait in the listen backlog).
+	HTTPBodyTimeout time.Duration `yaml:"http_body_timeout" env:"MCPBOX_HTTP_BODY_TIMEOUT"`
+	HTTPIdleTimeout time.Duration `yaml:"http_idle_timeout" env:"MCPBOX_HTTP_IDLE_TIMEOUT"`
+	MaxConnections  int           `yaml:"max_connections" env:"MCPBOX_MAX_CONNECTIONS"`
 	// RequireSessionID makes tool calls without a session_id an error.
 	RequireSessionID bool `yaml:"require_session_id" env:"MCPBOX_REQUIRE_SESSION_ID"`
 	// Insecure allows listening beyond loopback with no API key.
@@ -94,6 +100,7 @@ func Default() Config {
 		MaxOutputBytes: 1 << 20, MaxFileBytes: 16 << 20, Overcommit: 4, LeaseTTL: 15 * time.Second,
 		IdleTimeout: 15 * time.Minute, DefaultTTL: time.Hour, MaxTTL: 24 * time.Hour,
 		LogLevel: "info", MaxBodyMB: 64,
+		HTTPBodyTimeout: time.Minute, HTTPIdleTimeout: 2 * time.Minute, MaxConnections: 1024,
 	}
 }
 
@@ -217,7 +224,7 @@ func (c Config) Validate() error {
 	}
 	for key, n := range map[string]int{"max_sessions": c.MaxSessions, "max_sessions_per_owner": c.MaxSessionsPerOwner,
 		"max_concurrent_executions": c.MaxConcurrentExecutions, "max_background_commands": c.MaxBackgroundCommands,
-		"max_output_bytes": c.MaxOutputBytes, "max_file_bytes": c.MaxFileBytes} {
+		"max_output_bytes": c.MaxOutputBytes, "max_file_bytes": c.MaxFileBytes, "max_connections": c.MaxConnections} {
 		if n < 1 {
 			bad(key, "must be at least 1, got %d", n)
 		}
@@ -236,7 +243,8 @@ func (c Config) Validate() error {
 	if c.Overcommit <= 0 {
 		bad("overcommit", "must be above 0, got %g", c.Overcommit)
 	}
-	for key, d := range map[string]time.Duration{"idle_timeout": c.IdleTimeout, "default_ttl": c.DefaultTTL, "max_ttl": c.MaxTTL, "lease_ttl": c.LeaseTTL} {
+	for key, d := range map[string]time.Duration{"idle_timeout": c.IdleTimeout, "default_ttl": c.DefaultTTL, "max_ttl": c.MaxTTL, "lease_ttl": c.LeaseTTL,
+		"http_body_timeout": c.HTTPBodyTimeout, "http_idle_timeout": c.HTTPIdleTimeout} {
 		if d <= 0 {
 			bad(key, "must be above 0, got %s", d)
 		}
