@@ -30,7 +30,7 @@ func TestSharedHome(t *testing.T) {
 	bin := build(t)
 	home := testutil.Home(t)
 	cfg := filepath.Join(home, "config.yaml")
-	const perOwner = 4
+	const perOwner = 5
 	os.WriteFile(cfg, []byte(fmt.Sprintf("max_sessions_per_owner: %d\nlease_ttl: 1s\n", perOwner)), 0o600)
 	env := []string{"MCPBOX_HOME=" + home, "MCPBOX_CONFIG=" + cfg}
 
@@ -105,11 +105,11 @@ func TestSharedHome(t *testing.T) {
 		}
 		waitHolders(t, home, 10*time.Second)
 		check(round)
-		// Free room for the next round: stop two sessions, through a
+		// Free room for the next round: stop three sessions, through a
 		// process that did not make them.
 		n := 0
 		for id := range kept {
-			if n == 2 {
+			if n == 3 {
 				break
 			}
 			callOK(t, clients()[(n+1)%3], "stop_session", map[string]any{"session_id": id})

@@ -91,7 +91,8 @@ type Options struct {
 	// WarmKernel readies a pool sandbox's default Python context through
 	// its agent; nil uses WarmPython. Tests set a no-op.
 	WarmKernel func(context.Context, http.RoundTripper) error
-	// Holder names this process in the store's leases; default random.
+	// Holder names this process in the store's leases; default its host,
+	// pid and start time (see defaultHolder).
 	Holder string
 	// LeaseTTL is how long a process's lease lasts unrenewed; default 15s.
 	// Its sandboxes are taken over this long after it dies.
@@ -148,7 +149,7 @@ func New(ctx context.Context, opts *Options) (*Manager, error) {
 	setDefault(&o.Overcommit, 4)
 	setDefault(&o.LeaseTTL, 15*time.Second)
 	if o.Holder == "" {
-		o.Holder = mcpbox.NewID()[:12]
+		o.Holder = defaultHolder()
 	}
 	if o.Now == nil {
 		o.Now = time.Now

@@ -95,7 +95,7 @@ func (m *Manager) leaseLive(ctx context.Context, holder string) bool {
 	if holder == m.holder {
 		return true
 	}
-	if holder == "" {
+	if holder == "" || holderDead(holder) {
 		return false
 	}
 	h, exp, err := m.opts.Store.Lease(ctx, processLease(holder))
