@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	goruntime "runtime"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpbox/mcpbox"
+	"github.com/mcpbox/mcpbox/internal/linux/fds"
 	"github.com/mcpbox/mcpbox/runtime/local"
 )
 
@@ -34,6 +36,14 @@ func main() {
 	// start-up work: a sandbox's PID 1 is this binary.
 	if len(os.Args) > 1 && os.Args[1] == local.InitArg {
 		local.InitMain()
+	}
+	// Descriptors this process inherited without close-on-exec (from a
+	// shell, a service manager) must not reach a sandbox through a child.
+	if goruntime.GOOS == "linux" {
+		if err := fds.CloseOnExec(3); err != nil {
+			fmt.Fprintln(os.Stderr, "mcpbox: mark inherited descriptors close-on-exec:", err)
+			os.Exit(exitInternal)
+		}
 	}
 	tuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

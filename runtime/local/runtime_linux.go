@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/mcpbox/mcpbox"
 	"github.com/mcpbox/mcpbox/agent/kernel"
 	"github.com/mcpbox/mcpbox/agent/process"
@@ -88,6 +90,18 @@ func New(opts *Options) (*Runtime, error) {
 	for _, d := range []string{r.home, r.sessionsDir()} {
 		if err := os.Chmod(d, 0o711); err != nil {
 			return nil, fmt.Errorf("local runtime: chmod %s: %w", d, err)
+		}
+	}
+	// Some per-user kernel limits are copied into each sandbox's user
+	// namespace, as the cap of everything it creates there, from this
+	// process's own. Unlimited here, each sandbox's own (lower) limits are
+	// what bind, and sandboxes cannot starve each other through root's.
+	if !r.rootless {
+		for _, res := range []int{unix.RLIMIT_MSGQUEUE, unix.RLIMIT_SIGPENDING, unix.RLIMIT_MEMLOCK} {
+			rl := unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}
+			if err := unix.Setrlimit(res, &rl); err != nil {
+				r.log.Warn("raise a per-user limit sandboxes inherit", "resource", res, "err", err)
+			}
 		}
 	}
 	// The sandbox shares the host's /usr, so its python3 is found the same
@@ -467,6 +481,13 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 // an earlier one failed; the first error is returned.
 func (r *Runtime) teardown(id string, c *child, cg *cgroup.Group) error {
 	var errs []error
+	// The cgroup's processes are killed beside PID 1, not after it: the
+	// kernel tears a pid namespace down one task at a time, and thousands
+	// of forking tasks (a fork bomb) outrun it while it does.
+	cgKilled := make(chan error, 1)
+	if cg != nil {
+		go func() { cgKilled <- cg.Kill() }()
+	}
 	if c != nil {
 		// Killing PID 1 of a pid namespace kills everything in it.
 		if err := syscall.Kill(c.pid, syscall.SIGKILL); err != nil && err != syscall.ESRCH {
@@ -483,7 +504,7 @@ func (r *Runtime) teardown(id string, c *child, cg *cgroup.Group) error {
 		}
 	}
 	if cg != nil {
-		if err := cg.Kill(); err != nil {
+		if err := <-cgKilled; err != nil {
 			errs = append(errs, err)
 		}
 		if err := cg.Delete(); err != nil {
