@@ -1,17 +1,19 @@
 package kernel
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mcpbox/mcpbox/agent/process"
 	"github.com/mcpbox/mcpbox/agent/reaper"
@@ -21,36 +23,84 @@ import (
 // its kernel is killed and restarted.
 const interruptGrace = 2 * time.Second
 
+// drainWait bounds how long a dead kernel's pipes are read for what it
+// wrote before it died: a process that left the kernel's process group
+// (setsid) may hold them open for ever.
+const drainWait = time.Second
+
+// oomScoreAdj is what kernels get in /proc/<pid>/oom_score_adj: the most
+// the OOM killer can favour a process, so user code dies before the agent.
+const oomScoreAdj = "1000"
+
 // Event is one NDJSON line of an /execute reply.
 type Event map[string]any
 
 // kctx is one context: a kernel process with its own state and cwd.
-// Executions on it are serialised by mu.
 type kctx struct {
 	ID       string `json:"id"`
 	Language string `json:"language"`
 	Cwd      string `json:"cwd"`
 
-	m     *Manager
-	mu    sync.Mutex // held for a whole execution
-	count int        // execution_count
+	m *Manager
+	// cell is held for a whole execution: a context runs one cell at a
+	// time. Nothing else waits for it, so a restart can always rescue a
+	// cell that does not end.
+	cell sync.Mutex
 
-	k *kernelProc // nil until first use or after a death
+	// mu guards the fields below and is only held for a moment.
+	mu     sync.Mutex
+	k      *kernelProc // nil until first use or after a death
+	count  int         // execution_count of k
+	closed bool        // deleted, or the manager is closed
 }
 
-// kernelProc is a running driver and its pipes.
+// stopReason is why the agent killed a kernel, as the error event that
+// ends a cell it interrupted says it.
+type stopReason struct{ name, value string }
+
+var (
+	stopRestart = stopReason{"KernelRestarted", "the kernel was restarted by a request (POST /contexts/{id}/restart) while this cell ran; its state is lost"}
+	stopDelete  = stopReason{"ContextDeleted", "the context was deleted while this cell ran; its kernel was stopped"}
+	stopClose   = stopReason{"KernelRestarted", "the agent is shutting down; the kernel was stopped and its state is lost"}
+	stopStuck   = stopReason{"KernelRestarted", fmt.Sprintf("the cell did not stop within %s of being interrupted; the kernel was restarted and its state is lost", interruptGrace)}
+)
+
+var errClosed = errors.New("the context was deleted")
+
+// kernelProc is a running driver and the goroutines reading its pipes.
+// They end when it is killed, whatever they were doing.
 type kernelProc struct {
-	child  *reaper.Child
-	req    *os.File
-	events *bufio.Reader
-	evFile *os.File
-	// out carries what the driver wrote to fd 1 and 2, chunk by chunk.
-	out chan chunk
+	child *reaper.Child
+	req   *os.File
+	// events carries the driver's fd 4 as batches of parsed lines; it is
+	// closed at that pipe's end.
+	events chan []kevent
+	// out carries what the driver wrote to fd 1 and 2; a chunk with eof
+	// set ends a stream.
+	out     chan chunk
+	pipes   []*os.File // the read ends, closed by kill
+	readers sync.WaitGroup
+
+	once sync.Once
+	dead chan struct{} // closed by kill
+	why  stopReason    // set before dead closes
+
+	// eof says which of fd 1 and 2 has ended. Only the cell running on
+	// the kernel touches it.
+	eof [2]bool
+}
+
+// kevent is one line of a driver's event pipe: an event, or the length
+// of a line that was skipped for being too long.
+type kevent struct {
+	ev      Event
+	skipped int64
 }
 
 type chunk struct {
-	stderr bool
+	stream int // 0 stdout, 1 stderr
 	data   []byte
+	eof    bool
 }
 
 // start launches the driver for c's language.
@@ -63,17 +113,23 @@ func (c *kctx) start() (*kernelProc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s is not installed in this sandbox: %w", drv.program, err)
 	}
-	reqR, reqW, err := os.Pipe()
+	var fds [8]*os.File // req, ev, out, err: read end then write end
+	for i := 0; i < len(fds); i += 2 {
+		if fds[i], fds[i+1], err = os.Pipe(); err != nil {
+			for _, f := range fds[:i] {
+				f.Close()
+			}
+			return nil, err
+		}
+	}
+	reqR, reqW, evR, evW, outR, outW, errR, errW := fds[0], fds[1], fds[2], fds[3], fds[4], fds[5], fds[6], fds[7]
+	devnull, err := os.Open(os.DevNull)
 	if err != nil {
+		for _, f := range fds {
+			f.Close()
+		}
 		return nil, err
 	}
-	evR, evW, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	outR, outW, _ := os.Pipe()
-	errR, errW, _ := os.Pipe()
-	devnull, _ := os.Open(os.DevNull)
 	env := c.m.env(drv.env)
 	sys := &syscall.SysProcAttr{Setpgid: true}
 	if uint32(c.m.opts.UID) != uint32(os.Geteuid()) {
@@ -90,44 +146,128 @@ func (c *kctx) start() (*kernelProc, error) {
 		f.Close()
 	}
 	if err != nil {
-		reqW.Close()
-		evR.Close()
-		outR.Close()
-		errR.Close()
+		for _, f := range []*os.File{reqW, evR, outR, errR} {
+			f.Close()
+		}
 		return nil, fmt.Errorf("start %s kernel: %w", c.Language, err)
 	}
-	k := &kernelProc{child: child, req: reqW, events: bufio.NewReaderSize(evR, 64<<10), evFile: evR, out: make(chan chunk, 256)}
-	var wg sync.WaitGroup
-	for _, p := range []struct {
-		f      *os.File
-		stderr bool
-	}{{outR, false}, {errR, true}} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer p.f.Close()
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := p.f.Read(buf)
-				if n > 0 {
-					k.out <- chunk{p.stderr, append([]byte(nil), buf[:n]...)}
-				}
-				if err != nil {
-					return
-				}
-			}
-		}()
+	// Before any cell runs: what the kernel starts inherits its score.
+	if err := raiseOOMScore(child.Pid); err != nil {
+		c.m.log.Warn("kernel keeps the agent's OOM score", "language", c.Language, "err", err)
 	}
-	go func() { wg.Wait(); close(k.out) }()
+	k := &kernelProc{
+		child: child, req: reqW,
+		events: make(chan []kevent), out: make(chan chunk, 64),
+		pipes: []*os.File{evR, outR, errR}, dead: make(chan struct{}),
+	}
+	k.readers.Add(3)
+	go k.readEvents(newLineReader(evR, c.m.opts.MaxEventBytes))
+	go k.readOutput(outR, 0)
+	go k.readOutput(errR, 1)
 	return k, nil
 }
 
-// kill ends the kernel process group and releases its pipes.
-func (k *kernelProc) kill() {
-	syscall.Kill(-k.child.Pid, syscall.SIGKILL)
-	k.req.Close()
+// raiseOOMScore makes pid the OOM killer's first choice. Raising a score
+// needs no privilege.
+func raiseOOMScore(pid int) error {
+	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid), os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(oomScoreAdj)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Batches of event lines: what the pipe already holds goes to the cell in
+// one batch, so a flood of small events becomes a few large ones.
+const (
+	batchBytes  = 64 << 10
+	batchEvents = 4096
+)
+
+// readEvents parses the driver's event lines until the pipe ends or the
+// kernel is killed.
+func (k *kernelProc) readEvents(lr *lineReader) {
+	defer k.readers.Done()
+	defer close(k.events)
+	for {
+		var batch []kevent
+		size := 0
+		var err error
+		for err == nil && size < batchBytes && len(batch) < batchEvents {
+			var line []byte
+			var skipped int64
+			line, skipped, err = lr.next()
+			switch {
+			case skipped > 0:
+				batch = append(batch, kevent{skipped: skipped})
+			case line != nil:
+				if ev, ok := parseEvent(line); ok {
+					batch = append(batch, kevent{ev: ev})
+					size += len(line)
+				}
+			}
+			if lr.r.Buffered() == 0 {
+				break
+			}
+		}
+		if len(batch) > 0 {
+			select {
+			case k.events <- batch:
+			case <-k.dead:
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// readOutput forwards one of the driver's output pipes until it ends or
+// the kernel is killed.
+func (k *kernelProc) readOutput(f *os.File, stream int) {
+	defer k.readers.Done()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 && !k.send(chunk{stream: stream, data: bytes.Clone(buf[:n])}) {
+			return
+		}
+		if err != nil {
+			k.send(chunk{stream: stream, eof: true})
+			return
+		}
+	}
+}
+
+func (k *kernelProc) send(ch chunk) bool {
+	select {
+	case k.out <- ch:
+		return true
+	case <-k.dead:
+		return false
+	}
+}
+
+// kill ends the kernel's process group, closes its pipes and waits for
+// its reader goroutines. The first caller's reason is the one the running
+// cell reports.
+func (k *kernelProc) kill(why stopReason) {
+	k.once.Do(func() {
+		k.why = why
+		close(k.dead)
+		syscall.Kill(-k.child.Pid, syscall.SIGKILL)
+		k.req.Close()
+		for _, f := range k.pipes {
+			f.Close()
+		}
+	})
 	<-k.child.Done()
-	k.evFile.Close()
+	k.readers.Wait()
 }
 
 // request is what the agent sends a driver for one cell.
@@ -138,21 +278,82 @@ type request struct {
 	Event  *json.RawMessage  `json:"event,omitempty"`
 }
 
-// execute runs one cell, calling emit for every event in order. It always
-// ends with end_of_execution.
-func (c *kctx) execute(ctx context.Context, code string, env map[string]string, event *json.RawMessage, timeout time.Duration, emit func(Event)) {
+// kernel returns the context's kernel, starting one when there is none.
+// The caller holds c.cell, so one start at most is under way.
+func (c *kctx) kernel() (*kernelProc, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	defer emit(Event{"type": "end_of_execution"})
-	if c.k == nil {
-		k, err := c.start()
-		if err != nil {
-			emit(Event{"type": "error", "name": "KernelError", "value": err.Error(), "traceback": ""})
-			return
-		}
-		c.k = k
+	k, closed := c.k, c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, errClosed
 	}
-	c.count++
+	if k != nil {
+		return k, nil
+	}
+	k, err := c.start()
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	closed = c.closed
+	if !closed {
+		c.k, c.count = k, 0
+	}
+	c.mu.Unlock()
+	if closed { // deleted while it started
+		k.kill(stopDelete)
+		return nil, errClosed
+	}
+	return k, nil
+}
+
+// stop kills the context's kernel without waiting for a running cell,
+// which then ends saying why; closing stops it for good.
+func (c *kctx) stop(why stopReason, closing bool) {
+	c.mu.Lock()
+	k := c.k
+	c.k, c.count = nil, 0
+	if closing {
+		c.closed = true
+	}
+	c.mu.Unlock()
+	if k != nil {
+		k.kill(why)
+	}
+}
+
+// forget kills k and, unless a restart already replaced it, leaves the
+// context without a kernel for the next call to start.
+func (c *kctx) forget(k *kernelProc, why stopReason) {
+	c.mu.Lock()
+	if c.k == k {
+		c.k, c.count = nil, 0
+	}
+	c.mu.Unlock()
+	k.kill(why)
+}
+
+// execute runs one cell and writes its events to out, always ending with
+// end_of_execution.
+func (c *kctx) execute(ctx context.Context, code string, env map[string]string, event *json.RawMessage, timeout time.Duration, out *reply) {
+	c.cell.Lock()
+	defer c.cell.Unlock()
+	var timedOut, restarted bool
+	defer func() {
+		end := Event{"type": "end_of_execution"}
+		if timedOut {
+			end["timed_out"] = true
+		}
+		if restarted {
+			end["restarted"] = true
+		}
+		out.send(end)
+	}()
+	k, err := c.kernel()
+	if err != nil {
+		out.send(Event{"type": "error", "name": "KernelError", "value": err.Error(), "traceback": ""})
+		return
+	}
 	b := make([]byte, 12)
 	rand.Read(b)
 	// No NUL: the shell driver frames cells with NUL, and bash variables
@@ -160,208 +361,185 @@ func (c *kctx) execute(ctx context.Context, code string, env map[string]string, 
 	marker := "\x1emcpbox-end-" + hex.EncodeToString(b) + "\x1e"
 	msg, err := drivers[c.Language].encode(request{Code: code, Env: env, Marker: marker, Event: event})
 	if err != nil {
-		emit(Event{"type": "error", "name": "InvalidRequest", "value": err.Error(), "traceback": ""})
+		out.send(Event{"type": "error", "name": "InvalidRequest", "value": err.Error(), "traceback": ""})
 		return
 	}
-	if _, err := c.k.req.Write(msg); err != nil {
-		c.died(emit, "the kernel was gone before the cell started")
-		return
+	c.mu.Lock()
+	c.count++
+	n := c.count
+	c.mu.Unlock()
+	var r runResult
+	if _, err := k.req.Write(msg); err != nil {
+		// Gone between cells, or killed by a restart just now: the loop
+		// finds out which.
+		r = c.run(ctx, k, marker, 0, out, true)
+	} else {
+		r = c.run(ctx, k, marker, timeout, out, false)
 	}
-	r := c.run(ctx, marker, timeout, emit)
-	switch {
-	case r.died:
-		c.died(emit, "the kernel died while running the cell ("+r.status+"); its state is lost and the next call starts a fresh one")
-		return
-	case r.killed:
-		c.k.kill()
-		c.k = nil
-		emit(Event{"type": "error", "name": "KernelRestarted", "traceback": "",
-			"value": fmt.Sprintf("the cell did not stop within %s of being interrupted; the kernel was restarted and its state is lost", interruptGrace)})
-		return
+	timedOut = r.timedOut
+	out.finish()
+	switch r.end {
+	case cellDied:
+		why := died(r.status)
+		c.forget(k, why)
+		restarted = true
+		out.send(Event{"type": "error", "name": why.name, "value": why.value, "traceback": ""})
+		out.send(Event{"type": "unexpected_end_of_execution"})
+	case cellKilled:
+		c.forget(k, stopStuck) // a no-op unless the loop killed it
+		restarted = true
+		out.send(Event{"type": "error", "name": k.why.name, "value": k.why.value, "traceback": ""})
+	default:
+		if r.exitCode != 0 {
+			out.send(Event{"type": "error", "name": "ExitCode", "value": fmt.Sprint(r.exitCode),
+				"traceback": fmt.Sprintf("the cell ended with exit status %d", r.exitCode)})
+		}
+		out.send(Event{"type": "number_of_executions", "execution_count": n})
 	}
-	if r.exitCode != 0 {
-		emit(Event{"type": "error", "name": "ExitCode", "value": fmt.Sprint(r.exitCode),
-			"traceback": fmt.Sprintf("the cell ended with exit status %d", r.exitCode)})
-	}
-	emit(Event{"type": "number_of_executions", "execution_count": c.count})
 }
 
-// died reports a dead kernel and forgets it.
-func (c *kctx) died(emit func(Event), why string) {
-	if c.k != nil {
-		c.k.kill()
-		c.k = nil
+// died says how a kernel ended by itself, once.
+func died(ws syscall.WaitStatus) stopReason {
+	const lost = "; its state is lost and the next call starts a fresh kernel"
+	switch {
+	case ws.Exited():
+		return stopReason{"KernelExited", fmt.Sprintf("the kernel exited with status %d%s", ws.ExitStatus(), lost)}
+	case ws.Signaled() && ws.Signal() == syscall.SIGKILL:
+		return stopReason{"KernelDied", "the kernel was killed by SIGKILL (perhaps by the out-of-memory killer)" + lost}
+	case ws.Signaled():
+		return stopReason{"KernelDied", fmt.Sprintf("the kernel was killed by signal %d (%s)%s", ws.Signal(), ws.Signal(), lost)}
 	}
-	emit(Event{"type": "error", "name": "KernelDied", "value": why, "traceback": ""})
-	emit(Event{"type": "unexpected_end_of_execution"})
+	return stopReason{"KernelDied", "the kernel ended" + lost}
 }
+
+type cellEnd int
+
+const (
+	cellDone   cellEnd = iota // the driver said done and both streams reached the marker
+	cellDied                  // the kernel ended by itself: exit, signal, or it closed its pipes
+	cellKilled                // the agent killed it: k.why says why
+)
 
 type runResult struct {
-	died, killed bool
-	status       string
-	// exitCode is a shell cell's exit status.
-	exitCode int
+	end      cellEnd
+	status   syscall.WaitStatus // how a kernel that died ended
+	exitCode int                // a shell cell's exit status
+	timedOut bool               // the request's timeout interrupted the cell
 }
 
 // run forwards the cell's events and output until the driver says done
-// and both output pipes reached the marker.
-func (c *kctx) run(ctx context.Context, marker string, timeout time.Duration, emit func(Event)) runResult {
-	k := c.k
-	lines := make(chan Event)
-	go func() {
-		defer close(lines)
-		for {
-			b, err := k.events.ReadBytes('\n')
-			if err != nil {
-				return
-			}
-			var ev Event
-			if json.Unmarshal(b, &ev) != nil {
-				continue
-			}
-			last := ev["type"] == "done"
-			lines <- ev // the receiver owns ev from here on
-			if last {
-				return
-			}
-		}
-	}()
-	lim := newLimiter(c.m.opts.MaxOutputBytes)
-	var timer <-chan time.Time
+// and both output pipes reached the marker, or the kernel dies or is
+// killed. gone says the cell never reached the kernel: only its end is
+// awaited.
+func (c *kctx) run(ctx context.Context, k *kernelProc, marker string, timeout time.Duration, out *reply, gone bool) runResult {
+	var res runResult
+	var timer, grace, drain <-chan time.Time
 	if timeout > 0 {
 		t := time.NewTimer(timeout)
 		defer t.Stop()
 		timer = t.C
 	}
-	var grace <-chan time.Time
+	events, exited, cancelled := k.events, k.child.Done(), ctx.Done()
+	dying := false
+	// die ends what is left of a kernel that ended or broke its pipes, and
+	// keeps reading them for what it wrote before: the loop then ends at
+	// their end, or after drainWait.
+	die := func() {
+		if !dying {
+			dying = true
+			syscall.Kill(-k.child.Pid, syscall.SIGKILL)
+			drain = time.After(drainWait)
+			timer, grace, cancelled = nil, nil, nil
+		}
+	}
+	if gone {
+		die()
+	}
 	interrupt := func() {
-		if grace == nil {
+		if grace == nil && !dying {
 			syscall.Kill(-k.child.Pid, syscall.SIGINT)
 			grace = time.After(interruptGrace)
 		}
 	}
-	done, seen, held := false, map[bool]bool{}, map[bool]string{}
-	exitCode := 0
-	ctxDone := ctx.Done()
-	for !(done && seen[false] && seen[true]) {
-		select {
-		case ev, ok := <-lines:
-			if !ok {
-				if done {
-					lines = nil
-					continue
-				}
-				ws := k.child.Wait()
-				return runResult{died: true, status: exitStatus(ws)}
+	done := false
+	seen := k.eof // a stream that ended says nothing more
+	var held [2]string
+	// text forwards a stream's bytes, holding back a marker's length of
+	// tail (the marker may straddle two reads) cut at a character's start.
+	text := func(i int, data string) {
+		data = held[i] + data
+		if j := strings.Index(data, marker); j >= 0 {
+			data, held[i], seen[i] = data[:j], "", true
+		} else if keep := len(marker) - 1; len(data) > keep {
+			cut := len(data) - keep
+			for n := 0; n < utf8.UTFMax-1 && cut > 0 && !utf8.RuneStart(data[cut]); n++ {
+				cut--
 			}
-			if ev["type"] == "done" {
-				done = true
-				if n, ok := ev["exit_code"].(float64); ok {
-					exitCode = int(n)
-				}
+			data, held[i] = data[:cut], data[cut:]
+		} else {
+			data, held[i] = "", data
+		}
+		out.text(i, toUTF8(data))
+	}
+loop:
+	for !(done && seen[0] && seen[1]) && !(dying && events == nil && k.eof[0] && k.eof[1]) {
+		select {
+		case batch, ok := <-events:
+			if !ok {
+				events = nil
+				die()
 				continue
 			}
-			if t, _ := ev["type"].(string); t == "stdout" || t == "stderr" {
-				text, _ := ev["text"].(string)
-				if text = lim.take(t == "stderr", text); text == "" {
-					continue
+			for _, kev := range batch {
+				if out.kernelEvent(kev) {
+					done = !dying
+					if n, ok := kev.ev["exit_code"].(float64); ok {
+						res.exitCode = int(n)
+					}
 				}
-				ev["text"] = text
-				ev["timestamp"] = time.Now().UnixMicro()
 			}
-			emit(ev)
-		case ch, ok := <-k.out:
-			if !ok {
-				ws := k.child.Wait()
-				return runResult{died: true, status: exitStatus(ws)}
+			out.idle()
+		case ch := <-k.out:
+			i := ch.stream
+			switch {
+			case ch.eof:
+				k.eof[i], seen[i] = true, true
+				out.text(i, toUTF8(held[i]))
+				held[i] = ""
+			case !seen[i]: // else written after the cell ended
+				text(i, string(ch.data))
 			}
-			if seen[ch.stderr] {
-				continue // written after the cell ended
-			}
-			// Hold back a marker's length of tail: the marker may straddle
-			// two reads. It is flushed when the marker arrives.
-			data := held[ch.stderr] + string(ch.data)
-			if i := strings.Index(data, marker); i >= 0 {
-				data = data[:i]
-				seen[ch.stderr] = true
-				held[ch.stderr] = ""
-			} else if keep := len(marker) - 1; len(data) > keep {
-				held[ch.stderr] = data[len(data)-keep:]
-				data = data[:len(data)-keep]
-			} else {
-				held[ch.stderr], data = data, ""
-			}
-			if text := lim.take(ch.stderr, toUTF8(data)); text != "" {
-				name := "stdout"
-				if ch.stderr {
-					name = "stderr"
-				}
-				emit(Event{"type": name, "text": text, "timestamp": time.Now().UnixMicro()})
-			}
+			out.idle()
+		case <-exited:
+			exited = nil
+			die()
 		case <-timer:
 			timer = nil
+			res.timedOut = true
 			interrupt()
-		case <-ctxDone:
-			ctxDone = nil
+		case <-cancelled:
+			cancelled = nil
 			interrupt()
 		case <-grace:
-			return runResult{killed: true}
+			k.kill(stopStuck)
+			res.end = cellKilled
+			return res
+		case <-drain:
+			break loop
+		case <-k.dead:
+			res.end = cellKilled
+			return res
 		}
 	}
-	for _, note := range lim.notes() {
-		emit(Event{"type": "stderr", "text": note, "timestamp": time.Now().UnixMicro()})
-	}
-	return runResult{exitCode: exitCode}
-}
-
-func exitStatus(ws syscall.WaitStatus) string {
-	switch {
-	case ws.Signaled():
-		return "killed by signal " + ws.Signal().String()
-	case ws.Exited():
-		return fmt.Sprintf("exit status %d", ws.ExitStatus())
-	}
-	return "unknown status"
-}
-
-// limiter truncates each stream of one execution at max bytes, counting
-// what it drops so the reply can say how much.
-type limiter struct {
-	max     int64
-	sent    [2]int64
-	dropped [2]int64
-}
-
-func newLimiter(max int64) *limiter { return &limiter{max: max} }
-
-func (l *limiter) take(stderr bool, s string) string {
-	i := 0
-	if stderr {
-		i = 1
-	}
-	room := l.max - l.sent[i]
-	if room <= 0 {
-		l.dropped[i] += int64(len(s))
-		return ""
-	}
-	if int64(len(s)) > room {
-		l.dropped[i] += int64(len(s)) - room
-		s = s[:room]
-	}
-	l.sent[i] += int64(len(s))
-	return s
-}
-
-func (l *limiter) notes() []string {
-	var out []string
-	for i, name := range []string{"stdout", "stderr"} {
-		if l.dropped[i] > 0 {
-			out = append(out, fmt.Sprintf("\n[mcpbox: %s truncated: %d bytes dropped beyond the %d-byte limit]\n", name, l.dropped[i], l.max))
+	if dying {
+		for i := range held {
+			out.text(i, toUTF8(held[i]))
 		}
+		res.end, res.status = cellDied, k.child.Wait()
 	}
-	return out
+	return res
 }
 
 // toUTF8 keeps output that is not UTF-8 readable in JSON: each invalid
-// byte becomes U+FFFD, and valid text passes unchanged.
+// run of bytes becomes U+FFFD, and valid text passes unchanged.
 func toUTF8(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }

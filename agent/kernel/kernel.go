@@ -3,8 +3,9 @@
 // API (see shared/reference/e2b-wire.md, port 49999):
 //
 //	POST   /execute               NDJSON: stdout, stderr, result, error,
-//	                              return_value, number_of_executions, and
-//	                              always last end_of_execution
+//	                              return_value, number_of_executions,
+//	                              unexpected_end_of_execution, and always
+//	                              last end_of_execution
 //	POST   /contexts              {language, cwd} → {id, language, cwd}
 //	GET    /contexts
 //	POST   /contexts/{id}/restart
@@ -18,13 +19,34 @@
 // the binary and passed on the command line, so nothing is written inside
 // the sandbox (the Python one may also come precompiled, read-only, from
 // Options.ModuleDir); they speak JSON lines over their own pipes (fds 3 and 4).
+// Kernels get the highest oom_score_adj, so the OOM killer takes user code
+// before the agent.
 //
-// Timeouts interrupt the cell (SIGINT → KeyboardInterrupt) and keep the
-// state; a cell that does not stop within interruptGrace gets its kernel
-// killed and restarted, and the reply says the state was lost. Output past
-// MaxOutputBytes per stream per execution is dropped, and a note on stderr
-// says how much. Output that is not UTF-8 reaches JSON with each invalid
-// run of bytes replaced by U+FFFD.
+// end_of_execution says how the cell ended, beyond its other events:
+//
+//	"timed_out": true   the request's timeout interrupted the cell
+//	"restarted": true   the kernel is gone and its state with it: it was
+//	                    killed after a timeout, restarted or deleted by
+//	                    another request, or it exited or died (an error
+//	                    event says which); the next call starts a fresh one
+//
+// Both are left out when false. Timeouts interrupt the cell (SIGINT →
+// KeyboardInterrupt) and keep the state; a cell that does not stop within
+// interruptGrace gets its kernel killed and restarted. A restart or a
+// delete kills the kernel at once, even mid-cell: the running cell ends
+// with an error saying so. A kernel that exits (sys.exit, process.exit,
+// exit) or dies ends its cell at once with what it printed, a
+// KernelExited (with the exit status) or KernelDied error, and
+// unexpected_end_of_execution.
+//
+// Everything a kernel sends is bounded, since user code can write to the
+// drivers' pipes too: output past MaxOutputBytes per stream per execution
+// is dropped; an event line longer than MaxEventBytes is skipped unread;
+// results, errors and return values past MaxResultBytes in all are
+// dropped; past MaxEvents events, output is merged into about one event a
+// second per stream and other events are dropped. A note on stderr at the
+// end says what was cut. Output that is not UTF-8 reaches JSON with each
+// invalid run of bytes replaced by U+FFFD.
 package kernel
 
 import (
@@ -35,6 +57,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"net/http"
 	"os"
 	"regexp"
@@ -109,6 +132,15 @@ type Options struct {
 	Home string
 	// MaxOutputBytes caps each stream of one execution; default 1 MiB.
 	MaxOutputBytes int64
+	// MaxEventBytes caps one event line from a kernel (a result with a
+	// large image is one line); longer lines are skipped. Default 16 MiB.
+	MaxEventBytes int64
+	// MaxResultBytes caps the results, errors and return values of one
+	// execution together, as sent; default 32 MiB.
+	MaxResultBytes int64
+	// MaxEvents caps the events a kernel sends in one execution, beyond
+	// which output is merged and other events dropped; default 100000.
+	MaxEvents int64
 	// ModuleDir, if set, is where WritePythonModule put the Python driver,
 	// as this process sees it; Python kernels start from it when it is there.
 	ModuleDir string
@@ -138,6 +170,15 @@ func New(opts *Options) *Manager {
 	if m.opts.MaxOutputBytes <= 0 {
 		m.opts.MaxOutputBytes = 1 << 20
 	}
+	if m.opts.MaxEventBytes <= 0 {
+		m.opts.MaxEventBytes = 16 << 20
+	}
+	if m.opts.MaxResultBytes <= 0 {
+		m.opts.MaxResultBytes = 32 << 20
+	}
+	if m.opts.MaxEvents <= 0 {
+		m.opts.MaxEvents = 100000
+	}
 	if m.opts.Home == "" {
 		m.opts.Home = "/"
 	}
@@ -162,7 +203,7 @@ func (m *Manager) env(extra map[string]string) []string {
 	return out
 }
 
-// Close kills every kernel.
+// Close kills every kernel, ending the cells that run on them.
 func (m *Manager) Close() {
 	m.mu.Lock()
 	ctxs := make([]*kctx, 0, len(m.contexts))
@@ -171,12 +212,7 @@ func (m *Manager) Close() {
 	}
 	m.mu.Unlock()
 	for _, c := range ctxs {
-		c.mu.Lock()
-		if c.k != nil {
-			c.k.kill()
-			c.k = nil
-		}
-		c.mu.Unlock()
+		c.stop(stopClose, true)
 	}
 }
 
@@ -190,17 +226,11 @@ func (m *Manager) Prestart(language string) error {
 		return err
 	}
 	go func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.k != nil {
-			return
-		}
-		k, err := c.start()
-		if err != nil {
+		c.cell.Lock()
+		defer c.cell.Unlock()
+		if _, err := c.kernel(); err != nil {
 			m.log.Warn("prestart failed", "language", c.Language, "err", err)
-			return
 		}
-		c.k = k
 	}()
 	return nil
 }
@@ -270,6 +300,10 @@ func (m *Manager) handleExecute(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad request body: "+err.Error())
 		return
 	}
+	if !(req.Timeout >= 0) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("timeout %g: give a number of seconds, or 0 for none", req.Timeout))
+		return
+	}
 	if req.ContextID != "" && req.Language != "" {
 		writeError(w, http.StatusBadRequest, "give context_id or language, not both: a context already has its language")
 		return
@@ -285,20 +319,23 @@ func (m *Manager) handleExecute(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
-	flusher, _ := w.(http.Flusher)
-	enc := json.NewEncoder(w)
-	c.execute(r.Context(), req.Code, req.EnvVars, req.Event, time.Duration(req.Timeout*float64(time.Second)), func(ev Event) {
-		enc.Encode(ev)
-		// Output streams as it comes. Results, errors and the count only
-		// come at a cell's end, just before end_of_execution: they go out
-		// with it, in one write instead of one each.
-		switch ev["type"] {
-		case "stdout", "stderr", "end_of_execution", "unexpected_end_of_execution":
-			if flusher != nil {
-				flusher.Flush()
-			}
-		}
-	})
+	// Output streams as it comes. Results, errors and the count only come
+	// at a cell's end, just before end_of_execution: they go out with it,
+	// in one write instead of one each.
+	var flush func()
+	if f, ok := w.(http.Flusher); ok {
+		flush = f.Flush
+	}
+	c.execute(r.Context(), req.Code, req.EnvVars, req.Event, timeoutOf(req.Timeout), newReply(w, flush, &m.opts))
+}
+
+// timeoutOf converts a request's timeout in seconds; one too long to
+// count in nanoseconds is none.
+func timeoutOf(seconds float64) time.Duration {
+	if seconds <= 0 || seconds >= float64(math.MaxInt64/time.Second) {
+		return 0
+	}
+	return max(time.Duration(seconds*float64(time.Second)), 1)
 }
 
 // resolve finds the context an execution runs in.
@@ -371,20 +408,14 @@ func (m *Manager) lookup(w http.ResponseWriter, r *http.Request) *kctx {
 	return c
 }
 
-// handleRestart kills the context's kernel; the next execution starts a
-// fresh one.
+// handleRestart kills the context's kernel, even mid-cell; the next
+// execution starts a fresh one.
 func (m *Manager) handleRestart(w http.ResponseWriter, r *http.Request) {
 	c := m.lookup(w, r)
 	if c == nil {
 		return
 	}
-	c.mu.Lock()
-	if c.k != nil {
-		c.k.kill()
-		c.k = nil
-	}
-	c.count = 0
-	c.mu.Unlock()
+	c.stop(stopRestart, false)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -399,12 +430,7 @@ func (m *Manager) handleDelete(w http.ResponseWriter, r *http.Request) {
 		delete(m.defaults, c.Language)
 	}
 	m.mu.Unlock()
-	c.mu.Lock()
-	if c.k != nil {
-		c.k.kill()
-		c.k = nil
-	}
-	c.mu.Unlock()
+	c.stop(stopDelete, true)
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -21,12 +21,19 @@ const path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 func serve(t *testing.T, maxOutput int64) string {
 	t.Helper()
-	m := kernel.New(&kernel.Options{
-		UID: os.Getuid(), GID: os.Getgid(), Home: t.TempDir(), MaxOutputBytes: maxOutput,
-		Env: map[string]string{"PATH": path, "HOME": t.TempDir(), "LANG": "C.UTF-8"},
-	})
+	return serveWith(t, &kernel.Options{MaxOutputBytes: maxOutput})
+}
+
+// serveWith serves a Manager with opts, as the test's user.
+func serveWith(t *testing.T, opts *kernel.Options) string {
+	t.Helper()
+	o := *opts
+	o.UID, o.GID, o.Home = os.Getuid(), os.Getgid(), t.TempDir()
+	o.Env = map[string]string{"PATH": path, "HOME": t.TempDir(), "LANG": "C.UTF-8"}
+	m := kernel.New(&o)
 	srv := httptest.NewServer(m.Handler())
-	t.Cleanup(func() { srv.Close(); m.Close() })
+	// Kernels first: a cell a failed test left running ends with them.
+	t.Cleanup(func() { m.Close(); srv.Close() })
 	return srv.URL
 }
 
@@ -141,7 +148,8 @@ func TestPythonErrors(t *testing.T) {
 	if e == nil || e["name"] != "SyntaxError" {
 		t.Errorf("syntax error %v", e)
 	}
-	// The kernel survives both, and sys.exit too.
+	// The kernel survives both; after sys.exit the next call gets a fresh
+	// one.
 	find(run(t, url, "import sys; sys.exit(3)"), "error")
 	if got := text(run(t, url, "print('alive')"), "stdout"); got != "alive\n" {
 		t.Errorf("after errors: %q", got)
@@ -193,7 +201,7 @@ func TestPythonKernelDeath(t *testing.T) {
 	url := serve(t, 0)
 	run(t, url, "y = 1")
 	evs := run(t, url, "import os; os._exit(9)")
-	if find(evs, "unexpected_end_of_execution") == nil || find(evs, "error")["name"] != "KernelDied" {
+	if find(evs, "unexpected_end_of_execution") == nil || find(evs, "error")["name"] != "KernelExited" {
 		t.Errorf("death not reported: %v", evs)
 	}
 	if got := text(run(t, url, "print('fresh', 'y' in globals())"), "stdout"); got != "fresh False\n" {

@@ -44,7 +44,7 @@ func TestShellExitRestarts(t *testing.T) {
 	url := serve(t, 0)
 	shell(t, url, "export KEPT=1")
 	evs := shell(t, url, "echo bye; exit 4")
-	if e := find(evs, "error"); e == nil || e["name"] != "KernelDied" || find(evs, "unexpected_end_of_execution") == nil {
+	if e := find(evs, "error"); e == nil || e["name"] != "KernelExited" || find(evs, "unexpected_end_of_execution") == nil {
 		t.Errorf("exit not reported: %v", evs)
 	}
 	if got := text(shell(t, url, "echo KEPT=${KEPT:-gone}"), "stdout"); got != "KEPT=gone\n" {

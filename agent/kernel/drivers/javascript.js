@@ -15,6 +15,7 @@ const vm = require('vm');
 const util = require('util');
 const { Writable } = require('stream');
 const readline = require('readline');
+const net = require('net');
 
 const send = (ev) => fs.writeSync(4, JSON.stringify(ev) + '\n');
 const sink = (type) => new Writable({
@@ -79,7 +80,10 @@ async function callHandler(event) {
 }
 
 async function main() {
-  const rl = readline.createInterface({ input: fs.createReadStream(null, { fd: 3 }), crlfDelay: Infinity });
+  // A socket, not fs.createReadStream: that reads in libuv's thread pool,
+  // and process.exit() waits for a thread blocked on the pipe for ever.
+  const input = new net.Socket({ fd: 3, readable: true, writable: false });
+  const rl = readline.createInterface({ input, crlfDelay: Infinity });
   for await (const line of rl) {
     const req = JSON.parse(line);
     for (const [k, v] of Object.entries(req.env || {})) process.env[k] = v;

@@ -177,6 +177,21 @@ def _handler(event):
     _send(False, type="return_value", value=_loads(text))
 
 
+def _exit(exc):
+    """sys.exit() in a cell ends the kernel as it would end python, with
+    its status; the agent reports it and the next call starts afresh."""
+    code = exc.code
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code & 0xFF
+    else:
+        sys.stderr.write(str(code) + "\n")
+        status = 1
+    _ev.flush()
+    os._exit(status)
+
+
 def _main():
     while True:
         try:
@@ -193,7 +208,9 @@ def _main():
             if "event" in req:
                 _handler(req["event"])
             _figures()
-        except BaseException as exc:  # KeyboardInterrupt and SystemExit too
+        except SystemExit as exc:
+            _exit(exc)
+        except BaseException as exc:  # KeyboardInterrupt too
             _error(exc)
         finally:
             sys.stdout.flush()
