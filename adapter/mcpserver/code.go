@@ -130,7 +130,7 @@ func runCode(ctx context.Context, c *call, in *executeCodeIn) (*executeCodeOut, 
 			timedOut = ev.TimedOut
 		}
 	})
-	c.flushOutput(ctx)
+	c.finishOutput(ctx)
 	elapsed := time.Since(start)
 	out.DurationMS = float64(elapsed.Microseconds()) / 1000
 	out.Stdout, out.Stderr = clip(stdout.String(), &out.Truncated), clip(stderr.String(), &out.Truncated)

@@ -158,12 +158,25 @@ type call struct {
 	// content collects extra blocks (images) to send beside the text.
 	content []mcp.Content
 
+	// Output held for progress, under progressMu. Notifications are sent
+	// by one goroutine per call (sendq, then sent closes), never while
+	// progressMu is held: a slow client must not stall the sandbox's
+	// output, only lose progress messages past sendq's room.
 	progressMu    sync.Mutex
-	progress      float64
+	progress      float64 // owned by the sender
 	pending       strings.Builder
 	pendingStream string
 	timer         *time.Timer
+	sendq         chan string
+	sent          chan struct{}
+	dropped       int
+	// send delivers one progress message; nil means notify. Tests set it.
+	send func(ctx context.Context, msg string)
 }
+
+// maxProgressChunk bounds one progress message's text; longer output is
+// sent in several.
+const maxProgressChunk = 4096
 
 // notify sends a progress notification when the caller asked for them
 // with a progress token. Failures are ignored: progress is best effort.
@@ -181,7 +194,7 @@ func (c *call) notify(ctx context.Context, msg string) {
 // held until its line ends, 4 KiB gather or it has waited 100 ms: about
 // one message per line, not one per write. flushOutput sends the rest.
 func (c *call) output(ctx context.Context, stream, text string) {
-	if c.req.Params.GetProgressToken() == nil {
+	if c.send == nil && c.req.Params.GetProgressToken() == nil {
 		return
 	}
 	c.progressMu.Lock()
@@ -190,21 +203,45 @@ func (c *call) output(ctx context.Context, stream, text string) {
 		c.flushLocked(ctx)
 		c.pendingStream = stream
 	}
-	c.pending.WriteString(text)
-	if strings.HasSuffix(text, "\n") || c.pending.Len() >= 4096 {
+	for len(text) > 0 {
+		n := min(len(text), maxProgressChunk-c.pending.Len())
+		c.pending.WriteString(text[:n])
+		text = text[n:]
+		if c.pending.Len() >= maxProgressChunk {
+			c.flushLocked(ctx)
+		}
+	}
+	if strings.HasSuffix(c.pending.String(), "\n") {
 		c.flushLocked(ctx)
-	} else if c.timer == nil {
+	} else if c.pending.Len() > 0 && c.timer == nil {
 		c.timer = time.AfterFunc(100*time.Millisecond, func() { c.flushOutput(ctx) })
 	}
 }
 
-// flushOutput sends any held output.
+// flushOutput hands any held output to the sender.
 func (c *call) flushOutput(ctx context.Context) {
 	c.progressMu.Lock()
 	defer c.progressMu.Unlock()
 	c.flushLocked(ctx)
 }
 
+// finishOutput hands the rest of the output to the sender and waits
+// until it has sent what it holds: progress arrives before the result.
+func (c *call) finishOutput(ctx context.Context) {
+	c.progressMu.Lock()
+	c.flushLocked(ctx)
+	q, sent := c.sendq, c.sent
+	c.sendq = nil
+	c.progressMu.Unlock()
+	if q != nil {
+		close(q)
+		<-sent
+	}
+}
+
+// flushLocked queues the held output as one message, starting the sender
+// at the first. A full queue drops the message: progress is best effort,
+// and the result carries all the output anyway.
 func (c *call) flushLocked(ctx context.Context) {
 	if c.timer != nil {
 		c.timer.Stop()
@@ -213,8 +250,27 @@ func (c *call) flushLocked(ctx context.Context) {
 	if c.pending.Len() == 0 {
 		return
 	}
-	c.notify(ctx, c.pendingStream+": "+c.pending.String())
+	msg := c.pendingStream + ": " + c.pending.String()
 	c.pending.Reset()
+	if c.sendq == nil {
+		q, sent := make(chan string, 64), make(chan struct{})
+		c.sendq, c.sent = q, sent
+		go func() {
+			defer close(sent)
+			send := c.send
+			if send == nil {
+				send = c.notify
+			}
+			for m := range q {
+				send(ctx, m)
+			}
+		}()
+	}
+	select {
+	case c.sendq <- msg:
+	default:
+		c.dropped++
+	}
 }
 
 func (d *toolDef[In, Out]) add(srv *mcp.Server, s *Server, owner string) {

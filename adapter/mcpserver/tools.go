@@ -87,7 +87,7 @@ For servers and long jobs set background: true: you get a handle at once; poll g
 				}
 				c.output(ctx, name, strings.ToValidUTF8(string(b), "\uFFFD"))
 			})
-			c.flushOutput(ctx)
+			c.finishOutput(ctx)
 			out.DurationMS = ms(time.Since(start))
 			if err != nil {
 				if e, ok := err.(*mcpbox.Error); ok && e.Context["stdout"] != nil {
