@@ -150,8 +150,14 @@ func New(opts *Options) *Agent {
 		MaxFileBytes: o.MaxFileBytes,
 		Logger:       o.Logger,
 	})
+	// Kernels start where processes do: a relative path means the same
+	// file in a command, in code and in the file tools.
+	kernelCwd := o.Cwd
+	if kernelCwd == "" {
+		kernelCwd = o.Home
+	}
 	kernels := kernel.New(&kernel.Options{
-		UID: o.UID, GID: o.GID, Env: o.Env, Home: o.Home, Logger: o.Logger, MaxOutputBytes: o.MaxOutputBytes,
+		UID: o.UID, GID: o.GID, Env: o.Env, Home: kernelCwd, Logger: o.Logger, MaxOutputBytes: o.MaxOutputBytes,
 		ModuleDir: o.KernelModules,
 	})
 	for _, lang := range o.Prestart {

@@ -117,7 +117,7 @@ func (m *Main) rootCommand() *cobra.Command {
 	root.SetOut(m.Stdout)
 	root.SetErr(m.Stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(m.runCommand(), m.serveCommand(), m.mcpCommand(), m.keyCommand(), m.sessionCommand(), m.execCommand(), m.configCommand(), m.doctorCommand(), m.versionCommand())
+	root.AddCommand(m.runCommand(), m.serveCommand(), m.mcpCommand(), m.keyCommand(), m.sessionCommand(), m.execCommand(), m.configCommand(), m.doctorCommand(), m.versionCommand(), m.agentCommand())
 	return root
 }
 
