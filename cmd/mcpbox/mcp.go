@@ -37,8 +37,10 @@ stderr; stdout carries nothing but MCP.`,
 			defer s.close()
 			// When the client goes away, Run returns and the cancelled
 			// context interrupts whatever still runs in a sandbox.
+			out := &lockedWriter{w: m.Stdout}
+			in := newStdioFilter(m.Stdin, out, c.MaxBodyMB<<20)
 			err = s.mcp.For(mcpbox.LocalOwner).Run(ctx, &mcp.IOTransport{
-				Reader: io.NopCloser(m.Stdin), Writer: nopWriteCloser{m.Stdout}, MaxLineLength: c.MaxBodyMB << 20})
+				Reader: io.NopCloser(in), Writer: out, MaxLineLength: c.MaxBodyMB<<20 + 1})
 			if ctx.Err() != nil || errors.Is(err, io.EOF) || errors.Is(err, mcp.ErrConnectionClosed) {
 				return nil
 			}
@@ -50,7 +52,3 @@ stderr; stdout carries nothing but MCP.`,
 	cmd.Flags().MarkHidden("port")
 	return cmd
 }
-
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }
