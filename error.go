@@ -22,7 +22,7 @@ const (
 	// ECONFLICT is a compare-and-swap that lost: the record changed since
 	// it was read. Read it again and retry, or give up.
 	ECONFLICT = "CONFLICT"
-	EINTERNAL    = "INTERNAL"
+	EINTERNAL = "INTERNAL"
 )
 
 // Error is a domain error: a code callers can act on, a message for people,

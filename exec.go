@@ -74,14 +74,14 @@ const (
 
 // FileInfo describes one file in a sandbox.
 type FileInfo struct {
-	Name    string    `json:"name"`
-	Path    string    `json:"path"`
-	Type    FileType  `json:"type"`
-	Size    int64     `json:"size"`
-	Mode    uint32    `json:"mode"`
+	Name string   `json:"name"`
+	Path string   `json:"path"`
+	Type FileType `json:"type"`
+	Size int64    `json:"size"`
+	Mode uint32   `json:"mode"`
 	// Permissions is the mode as ls shows it ("-rw-r--r--").
 	Permissions string    `json:"permissions"`
-	ModTime time.Time `json:"mod_time"`
+	ModTime     time.Time `json:"mod_time"`
 	// SymlinkTarget is where a symlink points.
 	SymlinkTarget string `json:"symlink_target,omitempty"`
 }
