@@ -36,6 +36,7 @@ var categories = map[string]string{
 	mcpbox.EUNAUTH:      "auth",
 	mcpbox.EUNSUPPORTED: "input",
 	mcpbox.EUNAVAILABLE: "server",
+	mcpbox.ECONFLICT:    "server",
 	mcpbox.EINTERNAL:    "server",
 }
 
@@ -53,6 +54,7 @@ var defaultSuggestions = map[string][]string{
 	mcpbox.EUNAUTH:      {"send a valid API key as Authorization: Bearer <key> or X-API-Key"},
 	mcpbox.EUNSUPPORTED: {"use one of the supported options named in the message"},
 	mcpbox.EUNAVAILABLE: {"retry in a moment"},
+	mcpbox.ECONFLICT:    {"retry: the session changed while this call was made"},
 	mcpbox.EINTERNAL:    {"retry; if it keeps failing, report it with the server's log"},
 }
 
