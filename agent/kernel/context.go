@@ -28,10 +28,6 @@ const interruptGrace = 2 * time.Second
 // (setsid) may hold them open for ever.
 const drainWait = time.Second
 
-// oomScoreAdj is what kernels get in /proc/<pid>/oom_score_adj: the most
-// the OOM killer can favour a process, so user code dies before the agent.
-const oomScoreAdj = "1000"
-
 // Event is one NDJSON line of an /execute reply.
 type Event map[string]any
 
@@ -151,8 +147,9 @@ func (c *kctx) start() (*kernelProc, error) {
 		}
 		return nil, fmt.Errorf("start %s kernel: %w", c.Language, err)
 	}
-	// Before any cell runs: what the kernel starts inherits its score.
-	if err := raiseOOMScore(child.Pid); err != nil {
+	// Before any cell runs: what the kernel starts inherits its score, so
+	// user code is what the OOM killer takes, not the agent.
+	if err := reaper.SetOOMScoreAdj(child, reaper.ChildOOMScoreAdj); err != nil {
 		c.m.log.Warn("kernel keeps the agent's OOM score", "language", c.Language, "err", err)
 	}
 	k := &kernelProc{
@@ -165,20 +162,6 @@ func (c *kctx) start() (*kernelProc, error) {
 	go k.readOutput(outR, 0)
 	go k.readOutput(errR, 1)
 	return k, nil
-}
-
-// raiseOOMScore makes pid the OOM killer's first choice. Raising a score
-// needs no privilege.
-func raiseOOMScore(pid int) error {
-	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid), os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteString(oomScoreAdj)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // Batches of event lines: what the pipe already holds goes to the cell in
