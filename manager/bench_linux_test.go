@@ -94,3 +94,55 @@ func BenchmarkSessionCreate(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDoor measures what the door adds to a call: GET /health on a
+// live session's agent, straight through the runtime's Dial, and through
+// Manager.Agent (ownership, the session's record, the call count) on the
+// same kind of connection.
+func BenchmarkDoor(b *testing.B) {
+	testutil.RequireRoot(b)
+	rt, err := local.New(&local.Options{Home: testutil.Home(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	m, err := manager.New(ctx, &manager.Options{Runtime: rt, Store: memstore.New()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close(ctx)
+	s, err := m.Create(ctx, "bench", manager.CreateRequest{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	testutil.Track(s.ID)
+	defer m.Stop(ctx, "bench", s.ID)
+	direct := agentclient.ForSandbox(rt, s.ID)
+	defer direct.Close()
+	door, err := m.Agent(ctx, "bench", s.ID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	viaDoor := agentclient.New(door)
+	// Each iteration makes both calls, in turn, so that a noisy neighbour
+	// weighs on both alike; the door's call includes Manager.Agent.
+	var td, tm testutil.Timings
+	for b.Loop() {
+		td.Time(func() {
+			if err := direct.Health(ctx); err != nil {
+				b.Fatal(err)
+			}
+		})
+		tm.Time(func() {
+			if _, err := m.Agent(ctx, "bench", s.ID); err != nil {
+				b.Fatal(err)
+			}
+			if err := viaDoor.Health(ctx); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+	b.ReportMetric(float64(td.Percentile(50).Microseconds()), "direct-p50-µs")
+	b.ReportMetric(float64(tm.Percentile(50).Microseconds()), "door-p50-µs")
+	b.ReportMetric(float64((tm.Percentile(50) - td.Percentile(50)).Microseconds()), "added-p50-µs")
+}
