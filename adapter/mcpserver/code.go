@@ -101,7 +101,7 @@ func runCode(ctx context.Context, c *call, in *executeCodeIn) (*executeCodeOut, 
 	}
 	out.SessionID, out.SessionCreated = id, created
 	var stdout, stderr strings.Builder
-	timedOut := false
+	timedOut, restarted := false, false
 	start := time.Now()
 	err = c.s.opts.Manager.ExecuteCode(ctx, c.owner, id, manager.CodeRequest{
 		Code: in.Code, Language: string(lang), Env: in.Env, Event: in.Event, Timeout: timeout,
@@ -127,7 +127,7 @@ func runCode(ctx context.Context, c *call, in *executeCodeIn) (*executeCodeOut, 
 		case mcpbox.EventNumberOfExecutions:
 			out.ExecutionCount = ev.ExecutionCount
 		case mcpbox.EventEndOfExecution:
-			timedOut = ev.TimedOut
+			timedOut, restarted = ev.TimedOut, ev.Restarted
 		}
 	})
 	c.finishOutput(ctx)
@@ -140,22 +140,35 @@ func runCode(ctx context.Context, c *call, in *executeCodeIn) (*executeCodeOut, 
 	if out.Error == nil {
 		return out, nil
 	}
+	// What became of the kernel's state, said once and truthfully: the
+	// agent reports a restart on end_of_execution.
+	state := "the session and its state are kept"
+	if restarted {
+		state = "the kernel had to be restarted, so its state (variables, imports) is lost; the session is kept"
+	}
 	if ctx.Err() != nil {
-		return out, mcpbox.Errorf(mcpbox.ETIMEOUT, "the execution was cancelled; the session and its state are kept").
-			With("session_id", id)
+		return out, mcpbox.Errorf(mcpbox.ETIMEOUT, "the execution was cancelled; %s", state).
+			With("session_id", id).With("state_lost", restarted)
 	}
 	// The kernel interrupts a cell at its timeout and says so; what the
 	// code then reports (KeyboardInterrupt, exit 130) is the timeout's
 	// doing.
 	if timedOut {
-		return out, mcpbox.Errorf(mcpbox.ETIMEOUT, "the code ran past its timeout of %gs and was interrupted; the session and its state are kept", timeout.Seconds()).
-			With("timeout_seconds", timeout.Seconds()).With("session_id", id).
+		e := mcpbox.Errorf(mcpbox.ETIMEOUT, "the code ran past its timeout of %gs and was interrupted; %s", timeout.Seconds(), state).
+			With("timeout_seconds", timeout.Seconds()).With("session_id", id).With("state_lost", restarted).
 			WithSuggestion("raise timeout (up to 3600), or split the work into smaller calls")
+		if restarted {
+			e.WithSuggestion("re-run the setup code (imports, variables) before continuing")
+		}
+		return out, e
 	}
 	e := mcpbox.Errorf(mcpbox.ECODE, "the code raised %s: %s", out.Error.Name, out.Error.Value).
 		With("session_id", id).With("error_name", out.Error.Name)
 	switch out.Error.Name {
-	case "KernelRestarted", "KernelDied":
+	case "KernelExited":
+		e.Message = out.Error.Value
+		e.WithSuggestion("the next call starts a fresh kernel: re-run the setup code (imports, variables) first")
+	case "KernelRestarted", "KernelDied", "ContextDeleted":
 		e.WithSuggestion("the kernel's state was lost: re-run the setup code (imports, variables) before continuing")
 	case "ExitCode":
 		e.Message = "the shell code ended with exit status " + out.Error.Value

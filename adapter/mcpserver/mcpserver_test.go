@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"image/png"
 	"net/http"
 	"slices"
@@ -282,6 +283,17 @@ func TestExecuteCode(t *testing.T) {
 		}
 		if r.S["severity"] != "warning" || !strings.Contains(r.text(), "ZeroDivisionError") {
 			t.Errorf("severity %v, text %q", r.S["severity"], r.text())
+		}
+	})
+	t.Run("kernel exit is said once, with its status", func(t *testing.T) {
+		r := fails(t, cs, "execute_code", map[string]any{"code": "print('bye')\nimport sys\nsys.exit(7)", "session_id": id}, mcpbox.ECODE)
+		msg := fmt.Sprint(r.S["message"])
+		if r.S["stdout"] != "bye\n" || !strings.Contains(msg, "exited with status 7") || strings.Contains(msg, "kept") {
+			t.Errorf("a kernel that exited: %v", r.S)
+		}
+		after := ok(t, cs, "execute_code", map[string]any{"code": "x = 42\nx", "session_id": id})
+		if after.S["results"].([]any)[0].(map[string]any)["text"] != "42" {
+			t.Errorf("the next call after an exit: %v", after.S)
 		}
 	})
 	t.Run("timeout keeps state", func(t *testing.T) {
