@@ -163,7 +163,10 @@ while True: a.append(bytearray(16 << 20))'`)
 	}
 	hostCanFork(t)
 	if err := c.Health(context.Background()); err != nil {
-		t.Errorf("agent died with the bomb: %v", err)
+		t.Fatalf("agent died with the bomb: %v", err)
+	}
+	if out, code := mustSh(t, c, "echo still here"); code != 0 || out != "still here\n" {
+		t.Errorf("next command after the bomb: exit %d, %q", code, out)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/mcpbox/mcpbox/internal/linux/caps"
 	"github.com/mcpbox/mcpbox/internal/linux/fds"
 	"github.com/mcpbox/mcpbox/internal/linux/loopback"
+	"github.com/mcpbox/mcpbox/internal/linux/mount"
 	"github.com/mcpbox/mcpbox/internal/linux/rootfs"
 	"github.com/mcpbox/mcpbox/internal/linux/seccomp"
 	"github.com/mcpbox/mcpbox/internal/linux/ucount"
@@ -50,19 +51,26 @@ const (
 	fdListener = 3
 	fdConfig   = 4
 	fdReady    = 5
+	fdKernels  = 6 // absent unless initConfig.KernelsFD
+	fdLast     = fdKernels
 )
 
 // initConfig is what the host sends the sandbox's PID 1 on fd 4.
 type initConfig struct {
 	ID        string            `json:"id"`
-	Scratch   string            `json:"scratch"` // host path the sandbox's tmpfs is mounted on
 	DiskBytes int64             `json:"disk_bytes"`
 	Pids      int64             `json:"pids"`
 	UID       int               `json:"uid"` // user code's uid (and gid) inside
 	Env       map[string]string `json:"env"`
 	Volumes   []mcpbox.Volume   `json:"volumes,omitempty"`
 	Prestart  []string          `json:"prestart,omitempty"`
-	Kernels   string            `json:"kernels,omitempty"` // host directory bound at sandboxKernels
+	// KernelsFD says fd 6 holds the kernel drivers, bound at
+	// sandboxKernels: a detached, read-only copy of the host's directory.
+	KernelsFD bool `json:"kernels_fd,omitempty"`
+	// KernelsDir is the host's directory of kernel drivers when the host
+	// could not copy it (rootless: no open_tree without privilege; this
+	// process then runs as the home's owner and may walk to it).
+	KernelsDir string `json:"kernels_dir,omitempty"`
 }
 
 // InitMain runs as PID 1 of a new sandbox: it builds the sandbox, reports
@@ -76,7 +84,7 @@ func InitMain() {
 	// Before anything else: whatever reached this process without
 	// close-on-exec beyond what the host handed it (a directory is a way
 	// out of the sandbox's root) must not reach user code, nor stay here.
-	if _, err := fds.CloseInherited(fdReady + 1); err != nil {
+	if _, err := fds.CloseInherited(fdLast + 1); err != nil {
 		report(map[string]string{"error": step("close inherited descriptors", err).Error()})
 		os.Exit(1)
 	}
@@ -104,7 +112,7 @@ func InitMain() {
 	}
 	maps.Copy(env, cfg.Env)
 	kernels := ""
-	if cfg.Kernels != "" {
+	if cfg.KernelsFD || cfg.KernelsDir != "" {
 		kernels = sandboxKernels
 	}
 	err = agent.Serve(context.Background(), ln, &agent.Options{
@@ -146,10 +154,27 @@ func setup() (*initConfig, net.Listener, error) {
 	}
 	lf.Close()
 
-	opts := rootfs.Options{Scratch: cfg.Scratch, DiskBytes: cfg.DiskBytes, UID: cfg.UID,
-		Home: SandboxHome, Workspace: Workspace}
-	if cfg.Kernels != "" {
-		opts.Kernels, opts.KernelsAt = cfg.Kernels, sandboxKernels
+	// The host started this process in its scratch directory (the
+	// package doc says why): that working directory, in this mount
+	// namespace, is where the root is built. open_tree without a clone is
+	// an O_PATH open, and an empty path needs no right to search it.
+	scratch, err := unix.OpenTree(unix.AT_FDCWD, "", unix.AT_EMPTY_PATH|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return nil, nil, step("open scratch directory (the working directory)", err)
+	}
+	opts := rootfs.Options{Scratch: os.NewFile(uintptr(scratch), "scratch"), DiskBytes: cfg.DiskBytes,
+		UID: cfg.UID, Home: SandboxHome, Workspace: Workspace, KernelsAt: sandboxKernels}
+	defer opts.Scratch.Close()
+	switch {
+	case cfg.KernelsFD:
+		opts.Kernels = os.NewFile(fdKernels, "kernels")
+	case cfg.KernelsDir != "":
+		if opts.Kernels, err = mount.Clone(nil, cfg.KernelsDir, true); err != nil {
+			return nil, nil, step("kernel drivers", err)
+		}
+	}
+	if opts.Kernels != nil {
+		defer opts.Kernels.Close()
 	}
 	for _, v := range cfg.Volumes {
 		opts.Volumes = append(opts.Volumes, rootfs.Volume{Root: v.Root, HostPath: v.HostPath,
@@ -159,6 +184,7 @@ func setup() (*initConfig, net.Listener, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	defer root.Close()
 	// After the root is built: binding a volume takes a mount namespace
 	// of its own for a moment (open_tree), and the limits allow none.
 	// Before the pivot: the sandbox's /proc/sys is read-only.

@@ -7,20 +7,48 @@
 // The host side (Runtime.Create) creates the sandbox directory and a Unix
 // socket listening in it, then re-executes the mcpbox binary through
 // /proc/self/exe in new user, pid, mount, net, uts, ipc and cgroup
-// namespaces, handing it three file descriptors:
+// namespaces. The child starts in the sandbox directory, its working
+// directory (it could not walk there: see below), and holds these file
+// descriptors:
 //
 //	fd 3  the agent's listening socket (nothing inside can open it by path)
 //	fd 4  the sandbox configuration, JSON; written only after the child was
 //	      placed in its cgroups, so it also means "go"
 //	fd 5  the readiness report: {"ok":true} or {"error":"<step>: <cause>"}
+//	fd 6  as root, when the config says so: the kernel drivers, a detached
+//	      read-only copy of $MCPBOX_HOME/kernels (open_tree) to attach
 //
-// The child (InitMain, PID 1 of the new pid namespace) builds the sandbox
-// root — a size-limited tmpfs holding an overlay's lower, upper and work
-// directories, read-only binds of the host's /usr and a few /etc files, a
-// fresh /proc with sensitive files masked, a minimal /dev — pivots into it,
-// brings up lo, sets rlimits, drops its capability bounding set, sets
-// no_new_privs and installs the seccomp filter for itself and every future
-// child, reports ready and becomes the agent.
+// The child (InitMain, PID 1 of the new pid namespace) closes any other
+// descriptor it inherited, builds the sandbox root — a size-limited tmpfs
+// attached on its working directory, holding an overlay's lower, upper
+// and work directories, read-only binds of the host's /usr and a few /etc
+// files, a fresh /proc with sensitive files masked, a minimal /dev —
+// pivots into it, brings up lo, sets rlimits, drops its capability
+// bounding set, sets no_new_privs and installs the seccomp filter for
+// itself and every future child, reports ready and becomes the agent.
+//
+// Why a working directory and a mount tree rather than paths or plain
+// directory descriptors: $MCPBOX_HOME is private to its owner (0700), and
+// the child runs as a mapped uid with no rights over the host's files, so
+// it cannot walk to any path in it. Nor can it mount on, or bind from, a
+// descriptor the host opened: that names a mount of the host's mount
+// namespace, which the kernel refuses in another. A working directory is
+// moved into the new mount namespace with the process, and a detached
+// tree may be attached anywhere. The host starts every sandbox from one
+// thread that lives as long as the process and has a working directory
+// of its own (spawn_linux.go), which also keeps an ephemeral sandbox's
+// Pdeathsig from firing before its creator dies.
+//
+// # Memory, disk and the OOM killer
+//
+// A sandbox's disk is its tmpfs, whose pages are memory charged to the
+// sandbox's memory cgroup. The cgroup's limit is therefore the flavor's
+// memory plus its disk: a full disk fails writes with ENOSPC (the tmpfs's
+// own limit) and leaves processes the flavor's memory. When processes
+// take more, the OOM killer picks among them: the agent gives everything
+// it starts an oom_score_adj of 1000 and the host lowers the agent's to
+// -999 (where it may: that takes CAP_SYS_RESOURCE), so user code dies,
+// the agent reports it, and the sandbox lives on.
 //
 // # Layout on the host
 //
@@ -28,8 +56,13 @@
 //	$MCPBOX_HOME/sessions/<id>/sandbox.json   what Destroy and List need after a restart
 //	$MCPBOX_HOME/sessions/<id>/agent.log      the agent's stderr
 //
-// Inside its own mount namespace the sandbox mounts its tmpfs over
-// sessions/<id> itself: the host keeps seeing the files above.
+// Everything under $MCPBOX_HOME is private to its owner: directories
+// 0700, files 0600. The one exception is kernels/, the kernel drivers
+// (public code, the same bytes as in the binary) that every sandbox's
+// user reads through its read-only copy; the home's own 0700 keeps other
+// host users out of it. Inside its own mount namespace the sandbox
+// attaches its tmpfs over sessions/<id>: the host keeps seeing the files
+// above.
 //
 // Without root the same path runs through an unprivileged user namespace
 // with one uid mapped: there are no cgroup limits, only rlimits, and user

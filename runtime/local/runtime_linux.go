@@ -26,6 +26,7 @@ import (
 	"github.com/mcpbox/mcpbox/agent/kernel"
 	"github.com/mcpbox/mcpbox/agent/process"
 	"github.com/mcpbox/mcpbox/internal/linux/cgroup"
+	"github.com/mcpbox/mcpbox/internal/linux/mount"
 )
 
 // Runtime runs sandboxes on this machine. It is safe for concurrent use.
@@ -39,6 +40,8 @@ type Runtime struct {
 	// kernels is the host directory of precompiled kernel drivers bound
 	// into every sandbox at sandboxKernels; empty when it could not be made.
 	kernels string
+
+	oomWarn sync.Once // protectAgent's warning, logged once
 
 	mu   sync.Mutex
 	live map[string]*child // sandboxes this process started and must reap
@@ -82,15 +85,8 @@ func New(opts *Options) (*Runtime, error) {
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
-	// 0711: the sandbox's mapped uid must be able to walk to its own
-	// rootfs mount point, but nobody may list the sandboxes.
-	if err := os.MkdirAll(r.sessionsDir(), 0o711); err != nil {
-		return nil, fmt.Errorf("local runtime: create state directory: %w", err)
-	}
-	for _, d := range []string{r.home, r.sessionsDir()} {
-		if err := os.Chmod(d, 0o711); err != nil {
-			return nil, fmt.Errorf("local runtime: chmod %s: %w", d, err)
-		}
+	if err := r.makePrivate(); err != nil {
+		return nil, err
 	}
 	// Some per-user kernel limits are copied into each sandbox's user
 	// namespace, as the cap of everything it creates there, from this
@@ -124,6 +120,41 @@ func (r *Runtime) Rootless() bool { return r.rootless }
 
 // Home returns the state directory.
 func (r *Runtime) Home() string { return r.home }
+
+// makePrivate creates the state directory and its sessions directory, both
+// private to this process's user (0700), and takes back what older
+// versions left open to others (0711 homes and sandbox directories,
+// which a sandbox's PID 1 once had to walk through; it is now handed
+// what it needs, see the package doc).
+func (r *Runtime) makePrivate() error {
+	if err := os.MkdirAll(r.sessionsDir(), 0o700); err != nil {
+		return fmt.Errorf("local runtime: create state directory: %w", err)
+	}
+	dirs := []string{r.home, r.sessionsDir()}
+	if ents, err := os.ReadDir(r.sessionsDir()); err == nil {
+		for _, e := range ents {
+			if e.IsDir() {
+				dirs = append(dirs, filepath.Join(r.sessionsDir(), e.Name()))
+			}
+		}
+	}
+	for _, d := range dirs {
+		fi, err := os.Stat(d)
+		if err != nil {
+			if d == r.home || d == r.sessionsDir() {
+				return fmt.Errorf("local runtime: %w", err)
+			}
+			continue // a sandbox destroyed meanwhile
+		}
+		if fi.Mode().Perm() == 0o700 {
+			continue
+		}
+		if err := os.Chmod(d, 0o700); err != nil {
+			return fmt.Errorf("local runtime: make %s private: %w", d, err)
+		}
+	}
+	return nil
+}
 
 func (r *Runtime) sessionsDir() string         { return filepath.Join(r.home, "sessions") }
 func (r *Runtime) dir(id string) string        { return filepath.Join(r.sessionsDir(), id) }
@@ -168,7 +199,7 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 	}
 
 	dir := r.dir(spec.ID)
-	if err := os.Mkdir(dir, 0o711); err != nil {
+	if err := os.Mkdir(dir, 0o700); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return nil, mcpbox.Errorf(mcpbox.EINVALID, "sandbox %s already exists", spec.ID)
 		}
@@ -192,8 +223,12 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 	if !r.rootless {
 		go func() {
 			g, err := cgroup.New(r.cgroupName(spec.ID), cgroup.Limits{
-				CPUs:        spec.Flavor.CPUs,
-				MemoryBytes: spec.Flavor.MemoryBytes,
+				CPUs: spec.Flavor.CPUs,
+				// The sandbox's disk is a tmpfs: its pages are memory,
+				// charged to this group. Its own size limit bounds them, so
+				// a full disk says ENOSPC instead of starting the OOM
+				// killer, and processes keep the flavor's whole memory.
+				MemoryBytes: spec.Flavor.MemoryBytes + spec.Flavor.DiskBytes,
 				Pids:        spec.Flavor.Pids,
 			})
 			cgc <- cgResult{g, err}
@@ -214,19 +249,19 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 	}()
 
 	sockPath := filepath.Join(dir, "agent.sock")
-	h, err := openHandoff(dir, sockPath)
+	h, err := r.openHandoff(dir, sockPath)
 	if err != nil {
 		return nil, fail("prepare", err)
 	}
 	defer h.close()
-	cmd, uid := r.command(h.log, h.ln, h.cfgR, h.readyW)
+	cmd, uid := r.command(h)
 	if spec.Ephemeral {
-		// PID 1 dies with this process, and its pid namespace with it.
+		// PID 1 dies with this process, and its pid namespace with it:
+		// the spawner thread it is forked from lives as long as we do.
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
-	err = cmd.Start()
-	h.cfgR.Close()
-	h.readyW.Close()
+	err = spawnIn(h.scratch, cmd)
+	h.closeChildEnds()
 	if err != nil {
 		return nil, fail("start agent (clone with new namespaces)", err)
 	}
@@ -245,6 +280,7 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 	}()
 
 	if !r.rootless {
+		r.protectAgent(started.pid)
 		res := waitCgroup()
 		cg = res.g
 		if res.err != nil {
@@ -255,8 +291,11 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 		}
 	}
 
-	cfg := initConfig{ID: spec.ID, Scratch: dir, DiskBytes: spec.Flavor.DiskBytes,
-		Pids: spec.Flavor.Pids, UID: uid, Env: spec.Env, Volumes: spec.Volumes, Kernels: r.kernels}
+	cfg := initConfig{ID: spec.ID, DiskBytes: spec.Flavor.DiskBytes, Pids: spec.Flavor.Pids,
+		UID: uid, Env: spec.Env, Volumes: spec.Volumes, KernelsFD: h.kernels != nil}
+	if r.rootless {
+		cfg.KernelsDir = r.kernels
+	}
 	for _, l := range spec.Prestart {
 		cfg.Prestart = append(cfg.Prestart, string(l))
 	}
@@ -291,13 +330,17 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 }
 
 // handoff is what the host gives a new sandbox's PID 1: its listening
-// socket, the config pipe, the readiness pipe, and a log for its stderr.
+// socket, the config pipe, the readiness pipe, a log for its stderr, its
+// scratch directory as its working directory and, as root, a read-only
+// copy of the kernel drivers.
 type handoff struct {
 	ln, cfgR, cfgW, readyR, readyW, log *os.File
+	scratch                             *os.File // O_PATH
+	kernels                             *os.File // detached mount tree; nil without
 }
 
 // openHandoff creates the socket at sockPath and the pipes and log in dir.
-func openHandoff(dir, sockPath string) (*handoff, error) {
+func (r *Runtime) openHandoff(dir, sockPath string) (*handoff, error) {
 	h := &handoff{}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sockPath, Net: "unix"})
 	if err != nil {
@@ -319,16 +362,35 @@ func openHandoff(dir, sockPath string) (*handoff, error) {
 	if err == nil {
 		h.log, err = os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	}
+	if err == nil {
+		h.scratch, err = os.OpenFile(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	}
 	if err != nil {
 		h.close()
 		return nil, err
 	}
+	if !r.rootless && r.kernels != "" {
+		// A host descriptor cannot be bound from in the sandbox's mount
+		// namespace, but a detached copy can be attached there.
+		if h.kernels, err = mount.Clone(nil, r.kernels, true); err != nil {
+			r.log.Warn("kernels will compile their driver at every start", "err", err)
+		}
+	}
 	return h, nil
+}
+
+// closeChildEnds releases what only the child needed, once it started.
+func (h *handoff) closeChildEnds() {
+	for _, f := range []*os.File{h.cfgR, h.readyW, h.kernels} {
+		if f != nil {
+			f.Close()
+		}
+	}
 }
 
 // close releases the host's copies; closing one twice is harmless.
 func (h *handoff) close() {
-	for _, f := range []*os.File{h.ln, h.cfgR, h.cfgW, h.readyR, h.readyW, h.log} {
+	for _, f := range []*os.File{h.ln, h.cfgR, h.cfgW, h.readyR, h.readyW, h.log, h.scratch, h.kernels} {
 		if f != nil {
 			f.Close()
 		}
@@ -337,16 +399,19 @@ func (h *handoff) close() {
 
 // command is the clone of the sandbox's PID 1: the mcpbox binary again, in
 // new namespaces, with its uid and gid maps, and the uid user code will run
-// as inside.
-func (r *Runtime) command(log *os.File, extra ...*os.File) (*exec.Cmd, int) {
+// as inside. It has no Dir: it starts in its scratch directory (spawnIn).
+func (r *Runtime) command(h *handoff) (*exec.Cmd, int) {
+	extra := []*os.File{h.ln, h.cfgR, h.readyW} // fds 3, 4, 5: see the package doc
+	if h.kernels != nil {
+		extra = append(extra, h.kernels) // fd 6
+	}
 	cmd := &exec.Cmd{
 		Path:       r.exe,
 		Args:       []string{"mcpbox", InitArg},
 		Env:        []string{"PATH=" + DefaultPath},
-		Dir:        "/",
-		Stdout:     log,
-		Stderr:     log,
-		ExtraFiles: extra, // fds 3, 4, 5: see the package doc
+		Stdout:     h.log,
+		Stderr:     h.log,
+		ExtraFiles: extra,
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
 				syscall.CLONE_NEWNET | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWCGROUP,
@@ -368,6 +433,30 @@ func (r *Runtime) command(log *os.File, extra ...*os.File) (*exec.Cmd, int) {
 		cmd.SysProcAttr.GidMappingsEnableSetgroups = true
 	}
 	return cmd, uid
+}
+
+// agentOOMScoreAdj is the agent's oom_score_adj: when its sandbox runs
+// out of memory, the kernel kills user code (the agent raises every
+// process it starts to reaper.ChildOOMScoreAdj) and the agent lives to
+// report it. Not -1000, which would make it unkillable: a child may lower
+// its own score to the lowest its parent was given by privilege, and a
+// sandbox whose processes are all unkillable has nothing the OOM killer
+// can take, so it hangs instead. At -999 the agent goes last, as it
+// should, and someone always can.
+const agentOOMScoreAdj = -999
+
+// protectAgent lowers the oom_score_adj of the agent. That takes
+// CAP_SYS_RESOURCE, which root in a container often lacks: the agent then
+// keeps this process's score, still below its children's, and the
+// runtime says so once.
+func (r *Runtime) protectAgent(pid int) {
+	err := os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(strconv.Itoa(agentOOMScoreAdj)), 0)
+	if err != nil {
+		r.oomWarn.Do(func() {
+			r.log.Warn("agents keep this process's oom_score_adj; only the higher score of what they start protects them",
+				"pid", pid, "err", err)
+		})
+	}
 }
 
 // waitReady reads the child's readiness report, or notices that it died.

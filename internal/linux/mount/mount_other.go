@@ -20,4 +20,13 @@ func BindReadOnly(src, dst string) error { return unsupported() }
 // BindFD fails: mounts here are written for Linux.
 func BindFD(src, dst *os.File, readOnly bool) error { return unsupported() }
 
+// Clone fails: mounts here are written for Linux.
+func Clone(dir *os.File, path string, readOnly bool) (*os.File, error) { return nil, unsupported() }
+
+// Attach fails: mounts here are written for Linux.
+func Attach(tree, dst *os.File, readOnly bool) error { return unsupported() }
+
+// Tmpfs fails: mounts here are written for Linux.
+func Tmpfs(sizeBytes, inodes int64, mode os.FileMode) (*os.File, error) { return nil, unsupported() }
+
 func unsupported() error { return fmt.Errorf("mount: unsupported on %s", runtime.GOOS) }

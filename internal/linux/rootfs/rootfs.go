@@ -2,7 +2,7 @@
 // calling process's root.
 //
 // [Build] runs in the sandbox's new mount namespace, as root of its user
-// namespace. It mounts a size-limited tmpfs on a scratch directory and
+// namespace. It attaches a size-limited tmpfs on a scratch directory and
 // builds there an overlay whose lower layer is a skeleton written fresh
 // (mount points, merged-/usr links, a minimal /etc with the sandbox's
 // users) and whose upper layer takes every write, so everything the
@@ -12,23 +12,32 @@
 // what it would reveal of the host masked, and a minimal /dev. [Pivot]
 // then makes it the root and detaches the host's.
 //
+// What comes from the host comes as descriptors, not names: the sandbox's
+// PID 1 runs as a uid that has no right to walk to its scratch directory
+// or to the kernel drivers (the state directory is private to its
+// owner), and a name could be swapped for a link anyway.
+//
 // Errors name the step that failed: "pivot_root: operation not permitted".
 package rootfs
 
+import "os"
+
 // Options describe one sandbox's root.
 type Options struct {
-	// Scratch is the host directory the sandbox's tmpfs is mounted on
-	// (in the sandbox's mount namespace only); the root is built in it.
-	Scratch string
+	// Scratch is a directory, open in the sandbox's mount namespace
+	// (O_PATH will do), the sandbox's tmpfs is attached on; the root is
+	// built in the tmpfs. The host keeps seeing what is beneath.
+	Scratch *os.File
 	// DiskBytes is the tmpfs's size: all the sandbox may write.
 	DiskBytes int64
 	// UID owns Home and Workspace (and is their group too).
 	UID int
 	// Home and Workspace are sandbox paths made for user code.
 	Home, Workspace string
-	// Kernels is a host directory bound read-only at KernelsAt, a sandbox
-	// path; none when empty.
-	Kernels, KernelsAt string
+	// Kernels is a detached mount tree (mount.Clone), attached read-only
+	// at KernelsAt, a sandbox path; none when nil.
+	Kernels   *os.File
+	KernelsAt string
 	// Volumes are host directories bound into the sandbox.
 	Volumes []Volume
 }

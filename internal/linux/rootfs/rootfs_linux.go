@@ -34,30 +34,59 @@ func step(name string, err error) error {
 	return fmt.Errorf("%s: %w", name, err)
 }
 
-// Build assembles the sandbox root under o.Scratch and returns its path.
-func Build(o Options) (string, error) {
+// Build assembles the sandbox root in a tmpfs it attaches on o.Scratch
+// and returns the root, open O_PATH, for Pivot.
+func Build(o Options) (*os.File, error) {
 	if err := mount.MakePrivate("/"); err != nil {
-		return "", err
+		return nil, err
 	}
 	inodes := max(o.DiskBytes/8192, 4096)
-	if err := mount.Mount("tmpfs", o.Scratch, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
-		fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755", o.DiskBytes, inodes)); err != nil {
-		return "", err
+	disk, err := mount.Tmpfs(o.DiskBytes, inodes, 0o755)
+	if err != nil {
+		return nil, err
 	}
-	lower, upper, work, root := filepath.Join(o.Scratch, "lower"), filepath.Join(o.Scratch, "upper"),
-		filepath.Join(o.Scratch, "work"), filepath.Join(o.Scratch, "root")
+	defer disk.Close()
+	if err := mount.Attach(disk, o.Scratch, false); err != nil {
+		return nil, err
+	}
+	// Everything below is named through the tmpfs's own descriptor: the
+	// scratch directory's host path leads through directories this
+	// process may not search, and lookups through the scratch directory
+	// would find what the tmpfs covers.
+	base := "/proc/self/fd/" + strconv.Itoa(int(disk.Fd()))
+	lower, upper, work, root := filepath.Join(base, "lower"), filepath.Join(base, "upper"),
+		filepath.Join(base, "work"), filepath.Join(base, "root")
 	for _, d := range []string{lower, upper, work, root} {
 		if err := os.Mkdir(d, 0o755); err != nil {
-			return "", step("mkdir", err)
+			return nil, step("mkdir", err)
 		}
 	}
 	if err := buildLower(lower, o); err != nil {
-		return "", err
+		return nil, err
 	}
 	if err := mount.Mount("overlay", root, "overlay", unix.MS_NOSUID|unix.MS_NODEV,
 		fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)); err != nil {
-		return "", err
+		return nil, err
 	}
+	if err := bindHost(root, o); err != nil {
+		return nil, err
+	}
+	if err := bindVolumes(root, o.Volumes); err != nil {
+		return nil, err
+	}
+	if err := mountProc(filepath.Join(root, "proc")); err != nil {
+		return nil, err
+	}
+	if err := mountDev(filepath.Join(root, "dev")); err != nil {
+		return nil, err
+	}
+	r, err := os.OpenFile(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	return r, step("open new root", err)
+}
+
+// bindHost binds the host's system directories, a few /etc files and the
+// kernel drivers read-only into root.
+func bindHost(root string, o Options) error {
 	for _, d := range usrDirs {
 		src := "/" + d
 		fi, err := os.Lstat(src)
@@ -65,7 +94,7 @@ func Build(o Options) (string, error) {
 			continue // a merged-/usr symlink, recreated in buildLower
 		}
 		if err := mount.BindReadOnly(src, filepath.Join(root, d)); err != nil {
-			return "", err
+			return err
 		}
 	}
 	for _, e := range etcBinds {
@@ -74,28 +103,24 @@ func Build(o Options) (string, error) {
 			continue
 		}
 		if err := mount.BindReadOnly(src, filepath.Join(root, "etc", e)); err != nil {
-			return "", err
+			return err
 		}
 	}
-	if o.Kernels != "" {
-		dst := filepath.Join(root, o.KernelsAt)
-		if err := os.MkdirAll(dst, 0o755); err != nil {
-			return "", step("mkdir "+o.KernelsAt, err)
+	if o.Kernels != nil {
+		p := filepath.Join(root, o.KernelsAt)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return step("mkdir "+o.KernelsAt, err)
 		}
-		if err := mount.BindReadOnly(o.Kernels, dst); err != nil {
-			return "", err
+		dst, err := os.OpenFile(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return step("open "+o.KernelsAt, err)
+		}
+		defer dst.Close()
+		if err := mount.Attach(o.Kernels, dst, true); err != nil {
+			return err
 		}
 	}
-	if err := bindVolumes(root, o.Volumes); err != nil {
-		return "", err
-	}
-	if err := mountProc(filepath.Join(root, "proc")); err != nil {
-		return "", err
-	}
-	if err := mountDev(filepath.Join(root, "dev")); err != nil {
-		return "", err
-	}
-	return root, nil
+	return nil
 }
 
 // buildLower writes the skeleton every sandbox starts from: mount points,
@@ -315,9 +340,10 @@ func mountDev(dir string) error {
 	return nil
 }
 
-// Pivot makes root the filesystem root and detaches the host's.
-func Pivot(root string) error {
-	if err := step("chdir new root", unix.Chdir(root)); err != nil {
+// Pivot makes root (from Build) the filesystem root and detaches the
+// host's.
+func Pivot(root *os.File) error {
+	if err := step("chdir new root", unix.Fchdir(int(root.Fd()))); err != nil {
 		return err
 	}
 	// pivot_root(".", ".") stacks the old root on the new one, so no

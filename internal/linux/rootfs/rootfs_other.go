@@ -4,13 +4,14 @@ package rootfs
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 )
 
 // Build fails: sandbox roots are built only on Linux.
-func Build(o Options) (string, error) { return "", unsupported() }
+func Build(o Options) (*os.File, error) { return nil, unsupported() }
 
 // Pivot fails: sandbox roots are built only on Linux.
-func Pivot(root string) error { return unsupported() }
+func Pivot(root *os.File) error { return unsupported() }
 
 func unsupported() error { return fmt.Errorf("rootfs: unsupported on %s", runtime.GOOS) }
