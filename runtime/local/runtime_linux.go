@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,7 +42,7 @@ type Runtime struct {
 	// into every sandbox at sandboxKernels; empty when it could not be made.
 	kernels string
 
-	oomWarn sync.Once // protectAgent's warning, logged once
+	oomWarn sync.Once // protectAgent's note, logged once
 
 	mu   sync.Mutex
 	live map[string]*child // sandboxes this process started and must reap
@@ -92,12 +93,20 @@ func New(opts *Options) (*Runtime, error) {
 	// namespace, as the cap of everything it creates there, from this
 	// process's own. Unlimited here, each sandbox's own (lower) limits are
 	// what bind, and sandboxes cannot starve each other through root's.
+	// Raising them takes CAP_SYS_RESOURCE, which root in a container
+	// often lacks: that is said once, quietly, not at every start.
 	if !r.rootless {
-		for _, res := range []int{unix.RLIMIT_MSGQUEUE, unix.RLIMIT_SIGPENDING, unix.RLIMIT_MEMLOCK} {
+		var capped []string
+		for name, res := range map[string]int{"MSGQUEUE": unix.RLIMIT_MSGQUEUE,
+			"SIGPENDING": unix.RLIMIT_SIGPENDING, "MEMLOCK": unix.RLIMIT_MEMLOCK} {
 			rl := unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}
 			if err := unix.Setrlimit(res, &rl); err != nil {
-				r.log.Warn("raise a per-user limit sandboxes inherit", "resource", res, "err", err)
+				capped = append(capped, name)
 			}
+		}
+		if len(capped) > 0 {
+			slices.Sort(capped)
+			r.log.Info("per-user limits sandboxes inherit stay as they are (no CAP_SYS_RESOURCE)", "limits", capped)
 		}
 	}
 	// The sandbox shares the host's /usr, so its python3 is found the same
@@ -453,7 +462,7 @@ func (r *Runtime) protectAgent(pid int) {
 	err := os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(strconv.Itoa(agentOOMScoreAdj)), 0)
 	if err != nil {
 		r.oomWarn.Do(func() {
-			r.log.Warn("agents keep this process's oom_score_adj; only the higher score of what they start protects them",
+			r.log.Info("agents keep this process's oom_score_adj; only the higher score of what they start protects them",
 				"pid", pid, "err", err)
 		})
 	}
