@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,6 +17,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpbox/mcpbox"
 	"github.com/mcpbox/mcpbox/internal/testutil"
@@ -43,6 +46,7 @@ const (
 	fSessionLost  = "FAIL: session ended though its agent was not killed"
 	fKernelLost   = "FAIL: kernel state lost though no kernel was killed"
 	fStateSilent  = "FAIL: kernel state lost without a report"
+	fStateLost    = "FAIL: kernel state lost without a report, after a call broken by serve's kill (no kernel killed)"
 	fHang         = "FAIL: hang"
 	fTransport    = "FAIL: transport error with serve up"
 	fConnect      = "FAIL: connect failed with serve up"
@@ -454,6 +458,14 @@ func (w *chaosWorld) inject(t *testing.T, rng *rand.Rand, kind string) string {
 			r.adopted, _ = strconv.Atoi(m[1])
 			r.ended, _ = strconv.Atoi(m[2])
 			r.orphans, _ = strconv.Atoi(m[3])
+			// A sandbox alive at the kill is adopted, or cleaned as an
+			// orphan if it was still being made; never ended as dead.
+			if r.adopted+r.orphans < alive {
+				t.Errorf("restart after kill -9: %d sessions re-adopted and %d orphans cleaned, but %d sandboxes were alive at the kill", r.adopted, r.orphans, alive)
+			}
+		}
+		if r.took > 5*time.Second {
+			t.Logf("serve took %s to answer after its restart; its log so far:\n%s", r.took.Round(time.Millisecond), p.log.String())
 		}
 		w.mu.Lock()
 		w.p = p
@@ -492,9 +504,11 @@ type chaosClient struct {
 	uncertain bool      // a step broke in transit: x may be one ahead
 	needReset bool      // the kernel's state is lost: set x again
 	lastLost  time.Time // when a call last broke in transit
-	left      []string  // sessions left after being reported ended
-	lat       []time.Duration
-	fatal     error
+	// lostSinceOK says a call broke in transit since the last success.
+	lostSinceOK bool
+	left        []string // sessions left after being reported ended
+	lat         []time.Duration
+	fatal       error
 }
 
 // run makes calls attempts, each one tool call, tolerating and counting
@@ -576,7 +590,7 @@ func (c *chaosClient) attempt() {
 			c.needReset = true
 			return
 		}
-		c.x, c.uncertain, c.needReset = got, false, false
+		c.x, c.uncertain, c.needReset, c.lostSinceOK = got, false, false, false
 		c.lat = append(c.lat, d)
 		return
 	}
@@ -609,9 +623,12 @@ func (c *chaosClient) judge(err error, sid string, t0 time.Time) {
 		case te.out.ErrorCode == mcpbox.ECODE && name == "NameError":
 			// x is gone: a fresh kernel. Fine only when the report of
 			// its predecessor's death went to a call lost with serve.
-			if k := c.w.lastKernelKill(sid); !k.IsZero() && c.lastLost.After(k) {
+			switch k := c.w.lastKernelKill(sid); {
+			case !k.IsZero() && c.lastLost.After(k):
 				add(cReportLost)
-			} else {
+			case c.lostSinceOK:
+				add(fStateLost)
+			default:
 				add(fStateSilent)
 			}
 			c.needReset = true
@@ -635,7 +652,7 @@ func (c *chaosClient) judge(err error, sid string, t0 time.Time) {
 		add(fTransport)
 	}
 	c.close()
-	c.lastLost = time.Now()
+	c.lastLost, c.lostSinceOK = time.Now(), true
 	if sid != "" && !c.needReset {
 		c.uncertain = true
 	}
@@ -661,4 +678,83 @@ func (c *chaosClient) settle() error {
 		c.attempt()
 	}
 	return fmt.Errorf("still no known state after 5 attempts (session %q)", c.sid)
+}
+
+// TestChaosCancel is the kill of serve in miniature, without the kill: a
+// client cancels execute_code calls at random moments (as a client that
+// goes away does, and as serve's death does to the agent's request). The
+// kernel's state must survive every cancel — the cancelled cell ran or it
+// did not, so x is one of two values — and the next call must answer at
+// once: neither a fresh kernel nobody was told of, nor a stall.
+func TestChaosCancel(t *testing.T) {
+	if !*chaos {
+		t.Skip("chaos run: run it as root with `go test -run TestChaos -v -timeout 30m ./e2e/ -chaos`")
+	}
+	testutil.RequireRoot(t)
+	seed := *chaosSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	rng := rand.New(rand.NewPCG(seed, seed))
+	bin := build(t)
+	home := testutil.Home(t)
+	s := &server{bin: bin, home: home, url: fmt.Sprintf("http://127.0.0.1:%d", freePort(t))}
+	p, err := startServe(s, soakEnv(home, 1), "--stop-sessions-on-exit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stopServe(p, time.Minute)
+		if l := waitNoLeaks(home, bin, sessionsInLog(p.log.String()), 15*time.Second); len(l) > 0 {
+			t.Errorf("left behind:\n%s", strings.Join(l, "\n"))
+		}
+	}()
+	c := &loadClient{url: s.url, start: 1000}
+	if err := c.connect(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	if err := c.create(); err != nil {
+		t.Fatal(err)
+	}
+	const cancels = 300
+	errs := newErrCounts()
+	var slowest time.Duration
+	for i := range cancels {
+		// Up to 8 ms: about as long as the call takes, so the cancel lands
+		// before, during and after the cell.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng.IntN(8000))*time.Microsecond)
+		c.cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_code", Arguments: map[string]any{"session_id": c.sid, "code": "x = x + 1\nx"}})
+		cancel()
+		t0 := time.Now()
+		got, err := c.read()
+		d := time.Since(t0)
+		slowest = max(slowest, d)
+		switch {
+		case err == nil && (got == c.x || got == c.x+1):
+			c.x = got
+			if d > 10*time.Second {
+				errs.add("FAIL: the call after a cancel stalled", fmt.Sprintf("cancel %d: %s", i, d))
+			}
+			continue
+		case err == nil:
+			errs.add("FAIL: wrong x", fmt.Sprintf("cancel %d: x = %d, want %d or %d", i, got, c.x, c.x+1))
+		default:
+			var te *toolErr
+			class := "FAIL: " + classify(err)
+			if errors.As(err, &te) && te.name() == "NameError" {
+				class = "FAIL: state lost without a report (NameError)"
+			}
+			errs.add(class, fmt.Sprintf("cancel %d (next call took %s): %v", i, d.Round(time.Millisecond), err))
+		}
+		// Start again from a known x, in the same session.
+		if _, err := c.exec(c.sid, fmt.Sprintf("x = %d", c.start)); err != nil {
+			t.Fatalf("after cancel %d: set x again: %v", i, err)
+		}
+		c.x = c.start
+	}
+	t.Logf("seed %d: %d cancelled calls; slowest next call %s; errors: %s", seed, cancels, slowest.Round(time.Millisecond), errs)
+	if errs.total() > 0 {
+		t.Errorf("the kernel's state or its next call did not survive a cancel:%s", errs.detail())
+	}
 }

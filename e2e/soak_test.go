@@ -607,7 +607,7 @@ func waitNoLeaks(home, bin string, ids map[string]bool, limit time.Duration) []s
 
 // findLeaks looks on the host for what serve on home and the sandboxes ids
 // may have left: a process running bin, naming home, or in one of their
-// cgroups (the sandbox's PID 1 runs "__mcpbox-sandbox-init", its kernels
+// cgroups (the sandbox's PID 1 runs "mcpbox agent --sandbox-init", its kernels
 // python3: the cgroup is what ties them to a session); a mount naming home
 // or a session; a cgroup directory of a session; a directory under
 // $HOME/sessions; a record the store still counts as live.
