@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpbox/mcpbox/agent"
+	"github.com/mcpbox/mcpbox/runtime/local"
 )
 
 // envdPorts are where E2B's SDKs reach a sandbox: envd and the code
@@ -20,6 +21,7 @@ func (m *Main) agentCommand() *cobra.Command {
 		listen, envs          []string
 		uid, gid              int
 		prestart              []string
+		sandboxInit           bool
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -36,6 +38,10 @@ kernel_modules, prestart, deadline) sets what the flags do not.`,
   mcpbox agent --listen 127.0.0.1:49983 --uid 1000 --gid 1000 --prestart python`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if sandboxInit {
+				// main recognises this first; here only for completeness.
+				local.InitMain()
+			}
 			c := &agent.Config{}
 			if file != "" {
 				var err error
@@ -106,5 +112,9 @@ kernel_modules, prestart, deadline) sets what the flags do not.`,
 	f.StringVar(&root, "root", "", "directory the file API is confined to (default /)")
 	f.StringArrayVarP(&envs, "env", "e", nil, "environment variable of user processes, K=V (repeatable)")
 	f.StringSliceVar(&prestart, "prestart", nil, "languages whose kernel starts at once (python, javascript, shell)")
+	// The local runtime starts a sandbox's PID 1 as `mcpbox agent
+	// --sandbox-init`, with descriptors only it hands over: not for people.
+	f.BoolVar(&sandboxInit, "sandbox-init", false, "set up a local sandbox, then serve (internal: the local runtime's PID 1)")
+	f.MarkHidden("sandbox-init")
 	return cmd
 }

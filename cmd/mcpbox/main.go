@@ -33,8 +33,9 @@ const (
 
 func main() {
 	// Re-exec entry points, listed here and nowhere else, before any other
-	// start-up work: a sandbox's PID 1 is this binary.
-	if len(os.Args) > 1 && os.Args[1] == local.InitArg {
+	// start-up work: a sandbox's PID 1 is this binary, as `mcpbox agent
+	// --sandbox-init`.
+	if local.IsInit(os.Args[1:]) {
 		local.InitMain()
 	}
 	// Descriptors this process inherited without close-on-exec (from a

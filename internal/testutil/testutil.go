@@ -40,16 +40,13 @@ func Track(more ...string) {
 	idsMu.Unlock()
 }
 
-// Home returns a fresh mcpbox state directory for t. It sits under /tmp,
-// not t.TempDir(): the sandbox's mapped uid must be able to walk to its
-// rootfs, and t.TempDir's parent is private to root.
+// Home returns a fresh mcpbox state directory for t, private (0700) as
+// a real one is. It sits directly under /tmp, not t.TempDir(): a sandbox's
+// socket path must stay within the 108 bytes a Unix socket address holds.
 func Home(t testing.TB) string {
 	t.Helper()
 	d, err := os.MkdirTemp("", "mcpbox-test-")
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(d, 0o711); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(d) })

@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -115,7 +116,8 @@ func InitMain() {
 	if cfg.KernelsFD || cfg.KernelsDir != "" {
 		kernels = sandboxKernels
 	}
-	err = agent.Serve(context.Background(), ln, &agent.Options{
+	// From here on this is `mcpbox agent`, as on any backend.
+	err = agent.Run(context.Background(), &agent.Config{
 		UID:  cfg.UID,
 		GID:  cfg.UID,
 		Home: SandboxHome,
@@ -128,11 +130,13 @@ func InitMain() {
 		// Nothing larger than the disk can be stored anyway; saying 413
 		// up front beats a 507 halfway through.
 		MaxFileBytes: cfg.DiskBytes,
-		Ready: func() {
-			report(map[string]bool{"ok": true})
-			ready.Close()
-		},
-	})
+	}, func() {
+		report(map[string]bool{"ok": true})
+		ready.Close()
+	}, ln)
+	if errors.Is(err, agent.ErrDeadlinePassed) {
+		os.Exit(0)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agent:", err)
 		os.Exit(1)

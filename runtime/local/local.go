@@ -75,10 +75,17 @@ import (
 	"path/filepath"
 )
 
-// InitArg is the hidden first argument that makes the mcpbox binary run as
-// a sandbox's PID 1 (see InitMain). main and TestMain check for it before
-// anything else.
-const InitArg = "__mcpbox-sandbox-init"
+// InitArgs are the arguments a sandbox's PID 1 is started with: `mcpbox
+// agent --sandbox-init`, the agent's one entry point, told to set the
+// sandbox up first (see InitMain). main and TestMain check for them, with
+// IsInit, before anything else.
+var InitArgs = []string{"agent", "--sandbox-init"}
+
+// IsInit reports whether args (os.Args[1:]) make this process a sandbox's
+// PID 1.
+func IsInit(args []string) bool {
+	return len(args) == len(InitArgs) && args[0] == InitArgs[0] && args[1] == InitArgs[1]
+}
 
 // Options configure a Runtime. The zero value is usable.
 type Options struct {

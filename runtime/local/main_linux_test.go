@@ -9,7 +9,7 @@ import (
 )
 
 // TestMain lets the test binary be a sandbox's PID 1, as the mcpbox binary
-// is (the runtime re-executes /proc/self/exe with local.InitArg), or the
+// is (the runtime re-executes /proc/self/exe with local.InitArgs), or the
 // unprivileged half of TestRootless.
 func TestMain(m *testing.M) {
 	reexec.Init()

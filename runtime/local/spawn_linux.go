@@ -94,7 +94,7 @@ func (r *Runtime) command(h *handoff) (*exec.Cmd, int) {
 	}
 	cmd := &exec.Cmd{
 		Path:       r.exe,
-		Args:       []string{"mcpbox", InitArg},
+		Args:       append([]string{"mcpbox"}, InitArgs...),
 		Env:        []string{"PATH=" + DefaultPath},
 		Stdout:     h.log,
 		Stderr:     h.log,

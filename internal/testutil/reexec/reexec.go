@@ -16,7 +16,7 @@ import (
 // Init makes this process a sandbox's PID 1, never returning, when the
 // runtime re-executed it as one; otherwise it returns at once.
 func Init() {
-	if len(os.Args) > 1 && os.Args[1] == local.InitArg {
+	if local.IsInit(os.Args[1:]) {
 		local.InitMain()
 	}
 }
