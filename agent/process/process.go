@@ -35,6 +35,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -146,13 +147,27 @@ func (s *Service) Start(ctx context.Context, req *connect.Request[processpb.Star
 	if err != nil {
 		return err
 	}
+	var timedOut atomic.Bool
 	if dl, ok := ctx.Deadline(); ok {
-		timer := time.AfterFunc(time.Until(dl), func() { p.signal(syscall.SIGKILL) })
+		timer := time.AfterFunc(time.Until(dl), func() {
+			timedOut.Store(true)
+			p.signal(syscall.SIGKILL)
+		})
 		go func() { <-p.done; timer.Stop() }()
 	}
-	return s.follow(ctx, req.Header().Get("Keepalive-Ping-Interval"), p, sub, func(ev *processpb.ProcessEvent) error {
+	err = s.follow(ctx, req.Header().Get("Keepalive-Ping-Interval"), p, sub, func(ev *processpb.ProcessEvent) error {
 		return stream.Send(&processpb.StartResponse{Event: ev})
 	})
+	if err == nil && timedOut.Load() {
+		// The kill's end event can beat ctx.Done to follow: the caller
+		// must still learn it was a timeout, not an ordinary end.
+		return timeoutError(p)
+	}
+	return err
+}
+
+func timeoutError(p *proc) error {
+	return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("process %d ran past its timeout and was killed", p.pid))
 }
 
 // Connect attaches to a running process and streams its events from now on.
@@ -197,8 +212,7 @@ func (s *Service) follow(ctx context.Context, keepalive string, p *proc, sub *su
 			}
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return connect.NewError(connect.CodeDeadlineExceeded,
-					fmt.Errorf("process %d ran past its timeout and was killed", p.pid))
+				return timeoutError(p)
 			}
 			return ctx.Err()
 		}
