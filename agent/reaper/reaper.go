@@ -97,28 +97,64 @@ func Start(name string, argv []string, attr *os.ProcAttr) (*Child, error) {
 	return c, nil
 }
 
-// reap collects every exited child each time SIGCHLD arrives. Signals
-// coalesce, so each wake-up drains all that are ready.
+// reap collects exited children each time SIGCHLD arrives. Signals
+// coalesce, so each wake-up drains all that are ready. As PID 1 it reaps
+// every child, orphans included; otherwise (tests, a process in a
+// container that is not its PID 1) only the children Start registered, so
+// that other code in the process can still wait for its own.
 func reap(sig <-chan os.Signal) {
+	all := os.Getpid() == 1
 	for range sig {
-		for {
-			var ws syscall.WaitStatus
-			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-			if err == syscall.EINTR {
-				continue
-			}
-			if pid <= 0 || err != nil {
-				break
-			}
-			mu.Lock()
-			c := children[pid]
-			delete(children, pid)
-			mu.Unlock()
-			if c != nil {
-				c.status = ws
-				c.Process.Release()
-				close(c.done)
-			}
+		if all {
+			reapAny()
+		} else {
+			reapOwn()
 		}
+	}
+}
+
+func reapAny() {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if pid <= 0 || err != nil {
+			return
+		}
+		dispatch(pid, ws)
+	}
+}
+
+func reapOwn() {
+	mu.Lock()
+	pids := make([]int, 0, len(children))
+	for pid := range children {
+		pids = append(pids, pid)
+	}
+	mu.Unlock()
+	for _, pid := range pids {
+		var ws syscall.WaitStatus
+		got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		for err == syscall.EINTR {
+			got, err = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		}
+		if got == pid {
+			dispatch(pid, ws)
+		}
+	}
+}
+
+// dispatch hands a reaped child its status; an orphan's is discarded.
+func dispatch(pid int, ws syscall.WaitStatus) {
+	mu.Lock()
+	c := children[pid]
+	delete(children, pid)
+	mu.Unlock()
+	if c != nil {
+		c.status = ws
+		c.Process.Release()
+		close(c.done)
 	}
 }

@@ -2,6 +2,7 @@ package reaper_test
 
 import (
 	"os"
+	"os/exec"
 	"sync"
 	"syscall"
 	"testing"
@@ -63,4 +64,26 @@ func TestManyConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestLeavesOthersChildren: outside PID 1 the reaper reaps only what it
+// started, so a process that also runs other children (a test binary, a
+// server) can still wait for them.
+func TestLeavesOthersChildren(t *testing.T) {
+	if os.Getpid() == 1 {
+		t.Skip("skipped: as PID 1 the reaper reaps every child, by design")
+	}
+	mine, err := reaper.Start("/bin/sh", []string{"sh", "-c", "exit 3"}, &os.ProcAttr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		// SIGCHLD from these wakes the reaper while they are ours to wait.
+		if err := exec.Command("/bin/true").Run(); err != nil {
+			t.Fatalf("another child's Wait: %v (the reaper took its status)", err)
+		}
+	}
+	if ws := mine.Wait(); ws.ExitStatus() != 3 {
+		t.Errorf("the reaper's own child ended with %d, want 3", ws.ExitStatus())
+	}
 }
