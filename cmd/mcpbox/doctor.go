@@ -55,6 +55,8 @@ var doctorChecks = []struct {
 	{"seccomp", checkSeccomp},
 	{"overlayfs", checkOverlay},
 	{"state directory", checkHome},
+	{"resource limits", checkSysResource},
+	{"inotify", checkInotify},
 	{"python3", interpreter("python3", "python3", "--version")},
 	{"node", interpreter("node", "nodejs", "--version")},
 	{"sh", interpreter("sh", "dash", "")},
@@ -293,4 +295,47 @@ func readInt(path string) int {
 func kernelRelease() string {
 	b, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	return strings.TrimSpace(string(b))
+}
+
+// checkSysResource: without CAP_SYS_RESOURCE root can neither lower the
+// agent's oom_score_adj below its children's nor lift the per-user limits
+// each sandbox inherits, so sandboxes share root's.
+func checkSysResource(context.Context, *Main) finding {
+	if os.Geteuid() != 0 {
+		return ok("not root: sandboxes run rootless (see privileges)")
+	}
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return warn("", "cannot read /proc/self/status: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if hex, found := strings.CutPrefix(line, "CapEff:"); found {
+			var caps uint64
+			fmt.Sscanf(strings.TrimSpace(hex), "%x", &caps)
+			const capSysResource = 24
+			if caps&(1<<capSysResource) != 0 {
+				return ok("CAP_SYS_RESOURCE: agents are the OOM killer's last choice; per-user limits are each sandbox's own")
+			}
+			return warn("run mcpbox with CAP_SYS_RESOURCE (a container: --cap-add SYS_RESOURCE)",
+				"root lacks CAP_SYS_RESOURCE: a sandbox's agent is protected from the OOM killer only by its children's higher score, and sandboxes share root's message-queue and signal limits")
+		}
+	}
+	return warn("", "no CapEff line in /proc/self/status")
+}
+
+// checkInotify: every sandbox's inotify instances count against root's
+// allowance too (see README, "What is isolated, and what is not").
+func checkInotify(context.Context, *Main) finding {
+	b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_instances")
+	if err != nil {
+		return warn("", "cannot read fs.inotify.max_user_instances: %v", err)
+	}
+	var n int
+	fmt.Sscanf(strings.TrimSpace(string(b)), "%d", &n)
+	const perSandbox, sandboxes = 32, 20
+	if want := 128 + perSandbox*sandboxes; n < want {
+		return warn(fmt.Sprintf("sysctl -w fs.inotify.max_user_instances=%d (about 128 + 32 per live sandbox)", want),
+			"fs.inotify.max_user_instances is %d: as few as %d sandboxes (up to %d instances each) can use up root's, and then file watchers fail for root's services and other sandboxes", n, n/perSandbox, perSandbox)
+	}
+	return ok("fs.inotify.max_user_instances %d", n)
 }
