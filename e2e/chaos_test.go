@@ -78,7 +78,7 @@ func TestChaos(t *testing.T) {
 	s := &server{bin: bin, home: home, url: fmt.Sprintf("http://127.0.0.1:%d", freePort(t))}
 	nc, calls := *chaosClients, *chaosCalls
 	w := &chaosWorld{s: s, env: soakEnv(home, nc), home: home, up: make(chan struct{}),
-		agentKilled: map[string]time.Time{}, kernelKilled: map[string][]time.Time{}, current: map[int]string{}, ids: map[string]bool{},
+		agentKilled: map[string]*agentKill{}, kernelKilled: map[string][]time.Time{}, current: map[int]string{}, ids: map[string]bool{},
 		errs: newErrCounts()}
 	close(w.up)
 	p, err := startServe(s, w.env, "--stop-sessions-on-exit")
@@ -260,19 +260,24 @@ type chaosWorld struct {
 	home string
 	errs *errCounts
 
-	mu    sync.Mutex
-	p     *proc
-	logs  []*syncBuffer
-	epoch int           // serve kills so far
-	down  bool          // serve is killed and not yet back
-	up    chan struct{} // closed when serve is back
-	// agentKilled is when each killed agent was seen gone (the zero time
-	// while the kill is under way).
-	agentKilled  map[string]time.Time
+	mu           sync.Mutex
+	p            *proc
+	logs         []*syncBuffer
+	epoch        int           // serve kills so far
+	down         bool          // serve is killed and not yet back
+	up           chan struct{} // closed when serve is back
+	agentKilled  map[string]*agentKill
 	kernelKilled map[string][]time.Time
 	current      map[int]string // each client's session
 	ids          map[string]bool
 	restarts     []restart
+}
+
+// agentKill is one kill of a session's agent: gone is closed once the
+// agent is seen dead, at dead.
+type agentKill struct {
+	gone chan struct{}
+	dead time.Time
 }
 
 type restart struct {
@@ -306,12 +311,22 @@ func (w *chaosWorld) setCurrent(client int, sid string) {
 }
 
 // agentKill reports whether sid's agent was killed and when it was seen
-// gone (zero while the kill is under way).
+// gone, waiting (up to 15 s) for a kill under way to be seen through: a
+// call that then fails started after the agent was dead, or before.
 func (w *chaosWorld) agentKill(sid string) (time.Time, bool) {
 	w.mu.Lock()
+	k := w.agentKilled[sid]
+	w.mu.Unlock()
+	if k == nil {
+		return time.Time{}, false
+	}
+	select {
+	case <-k.gone:
+	case <-time.After(15 * time.Second):
+	}
+	w.mu.Lock()
 	defer w.mu.Unlock()
-	at, ok := w.agentKilled[sid]
-	return at, ok
+	return k.dead, true
 }
 
 // lastKernelKill is when sid's kernel was last killed (zero for never).
@@ -392,8 +407,9 @@ func (w *chaosWorld) inject(t *testing.T, rng *rand.Rand, kind string) string {
 			if pid == 0 {
 				continue
 			}
+			k := &agentKill{gone: make(chan struct{})}
 			w.mu.Lock()
-			w.agentKilled[sid] = time.Time{}
+			w.agentKilled[sid] = k
 			w.mu.Unlock()
 			if err := kill9(pid); err != nil {
 				t.Errorf("kill agent %d: %v", pid, err)
@@ -402,8 +418,9 @@ func (w *chaosWorld) inject(t *testing.T, rng *rand.Rand, kind string) string {
 				t.Errorf("agent %d of session %s still runs 10 s after SIGKILL", pid, sid)
 			}
 			w.mu.Lock()
-			w.agentKilled[sid] = time.Now()
+			k.dead = time.Now()
 			w.mu.Unlock()
+			close(k.gone)
 			return fmt.Sprintf("kill -9 agent %d of session %s", pid, sid)
 		}
 		return "agent kill skipped: no session with a live agent"
@@ -633,8 +650,9 @@ func (c *chaosClient) judge(err error, sid string, t0 time.Time) {
 			}
 			c.needReset = true
 		case agentKilled && (deadAt.IsZero() || t0.Before(deadAt)):
-			// The agent died under this call; the next must hear that
-			// the session ended.
+			// The agent died under this call (it started before the
+			// agent was seen dead); the next must hear that the session
+			// ended.
 			add(cAgentInFlight)
 		case agentKilled:
 			add(fAgentDead)
