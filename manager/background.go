@@ -46,7 +46,7 @@ func (m *Manager) StartCommand(ctx context.Context, owner, id string, req Comman
 	}
 	list, err := c.client.Process.List(ctx, connect.NewRequest(&processpb.ListRequest{}))
 	if err != nil {
-		return "", agentError(err)
+		return "", m.callError(ctx, id, err)
 	}
 	running := 0
 	for _, p := range list.Msg.GetProcesses() {
@@ -83,7 +83,7 @@ func (m *Manager) StartCommand(ctx context.Context, owner, id string, req Comman
 	select {
 	case err := <-started:
 		if err != nil {
-			return "", agentError(err)
+			return "", m.callError(ctx, id, err)
 		}
 		return handle, nil
 	case <-time.After(10 * time.Second):
@@ -115,7 +115,7 @@ func (m *Manager) CommandOutput(ctx context.Context, owner, id, handle string) (
 		return nil, notBackground(handle, id)
 	}
 	if err != nil {
-		return nil, agentError(err)
+		return nil, m.callError(ctx, id, err)
 	}
 	return &CommandOutput{Stdout: []byte(out.Stdout), Stderr: []byte(out.Stderr),
 		Dropped: out.StdoutDropped + out.StderrDropped, Done: out.Done, ExitCode: out.ExitCode}, nil
@@ -139,5 +139,5 @@ func (m *Manager) StopCommand(ctx context.Context, owner, id, handle string) err
 		}
 		return nil
 	}
-	return agentError(err)
+	return m.callError(ctx, id, err)
 }

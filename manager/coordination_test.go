@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -349,5 +350,50 @@ func TestMaintainerTakesOver(t *testing.T) {
 	}
 	if live := rt.Live(); live != 3 {
 		t.Errorf("%d sandboxes, want the session and a pool of 2", live)
+	}
+}
+
+// TestSandboxDiedEndsSession: when a session's sandbox dies (killed,
+// crashed), the next call ends the session and says so, instead of
+// failing every call until the session's deadline.
+func TestSandboxDiedEndsSession(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		use  func(m *manager.Manager, id string) error
+	}{
+		{"code", func(m *manager.Manager, id string) error {
+			return m.ExecuteCode(ctx, "alice", id, manager.CodeRequest{Code: "1", Language: "shell"}, func(mcpbox.CodeEvent) {})
+		}},
+		{"command", func(m *manager.Manager, id string) error {
+			_, err := m.RunCommand(ctx, "alice", id, manager.CommandRequest{Command: "true"}, nil)
+			return err
+		}},
+		{"file", func(m *manager.Manager, id string) error {
+			_, err := m.ReadFile(ctx, "alice", id, "/workspace/x")
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, rt, _ := newManager(t, manager.Options{})
+			s, err := m.Create(ctx, "alice", manager.CreateRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.WriteFile(ctx, "alice", s.ID, "/workspace/x", []byte("1")); err != nil {
+				t.Fatal(err)
+			}
+			rt.Kill(s.ID)
+			err = tc.use(m, s.ID)
+			if mcpbox.ErrorCode(err) != mcpbox.ESESSION || !strings.Contains(err.Error(), "stopped running") {
+				t.Fatalf("a call to a session whose sandbox died: %v, want %s saying so", err, mcpbox.ESESSION)
+			}
+			if got, _ := m.Get(ctx, "alice", s.ID); got == nil || got.State != mcpbox.SessionStopped {
+				t.Errorf("the session is %v, want stopped", got)
+			}
+			if rt.Live() != 0 {
+				t.Errorf("%d sandboxes left: the dead one's leftovers were not destroyed", rt.Live())
+			}
+		})
 	}
 }

@@ -97,8 +97,43 @@ func (m *Manager) conn(ctx context.Context, owner, id string) (*mcpbox.Session, 
 }
 
 func (m *Manager) newConn(id string) *sessionConn {
-	tr := agentclient.NewTransport(func(ctx context.Context) (net.Conn, error) { return m.opts.Runtime.Dial(ctx, id) })
+	tr := agentclient.NewTransport(func(ctx context.Context) (net.Conn, error) {
+		c, err := m.opts.Runtime.Dial(ctx, id)
+		if err != nil && ctx.Err() == nil {
+			if gone := m.sandboxGone(ctx, id); gone != nil {
+				return nil, gone
+			}
+		}
+		return c, err
+	})
 	return &sessionConn{transport: tr, client: agentclient.New(tr), slots: make(chan struct{}, m.opts.MaxConcurrentExecutions)}
+}
+
+// sandboxGone runs when a sandbox's agent cannot be reached. When the
+// runtime says the sandbox is no longer alive (killed, crashed, out of
+// memory), its session ends at once — stopped, its leftovers destroyed —
+// instead of failing every later call until its deadline, and the error
+// says so. It returns nil when the sandbox is alive (a passing fault).
+func (m *Manager) sandboxGone(ctx context.Context, id string) error {
+	list, err := m.opts.Runtime.List(ctx)
+	if err != nil {
+		return nil
+	}
+	for _, sb := range list {
+		if sb.ID == id && sb.Alive {
+			return nil
+		}
+	}
+	s, err := m.opts.Store.GetSession(ctx, id)
+	if err != nil || s.State != mcpbox.SessionRunning {
+		return nil
+	}
+	m.log.Warn("a session's sandbox stopped running; ending the session", "session", id, "owner", s.Owner)
+	if err := m.end(context.WithoutCancel(ctx), s, mcpbox.SessionStopped); err != nil {
+		m.log.Warn("end a session whose sandbox died", "session", id, "err", err)
+	}
+	return mcpbox.Errorf(mcpbox.ESESSION, "session %q has ended: its sandbox stopped running (killed or crashed), and its state is lost", id).
+		With("session_id", id).WithSuggestion("create a new session and run the setup code again")
 }
 
 // endedTTL is how long an ended session is remembered against a call

@@ -109,7 +109,7 @@ func (m *Manager) RunCommand(ctx context.Context, owner, id string, req CommandR
 				With("timeout_seconds", req.Timeout.Seconds()).With("stdout", out.buf.String()).
 				WithSuggestion("raise the timeout, or run it with background: true")
 		}
-		return nil, agentError(err)
+		return nil, m.callError(ctx, id, err)
 	}
 	return &CommandResult{Stdout: out.buf.Bytes(), Stderr: errb.buf.Bytes(), StdoutDropped: out.dropped, StderrDropped: errb.dropped,
 		ExitCode: res.ExitCode, Exited: res.Exited, Status: res.Status, Duration: time.Since(start)}, nil
@@ -139,12 +139,12 @@ func (m *Manager) ReadFile(ctx context.Context, owner, id, path string) ([]byte,
 	}
 	rc, err := c.client.Download(ctx, path)
 	if err != nil {
-		return nil, agentError(err)
+		return nil, m.callError(ctx, id, err)
 	}
 	defer rc.Close()
 	b, err := io.ReadAll(io.LimitReader(rc, m.opts.MaxFileBytes+1))
 	if err != nil {
-		return nil, agentError(err)
+		return nil, m.callError(ctx, id, err)
 	}
 	if int64(len(b)) > m.opts.MaxFileBytes {
 		return nil, mcpbox.Errorf(mcpbox.ELIMIT, "%s is larger than the %d bytes a file read returns", path, m.opts.MaxFileBytes).
@@ -160,7 +160,7 @@ func (m *Manager) WriteFile(ctx context.Context, owner, id, path string, data []
 	if err != nil {
 		return err
 	}
-	return agentError(c.client.Upload(ctx, path, bytes.NewReader(data)))
+	return m.callError(ctx, id, c.client.Upload(ctx, path, bytes.NewReader(data)))
 }
 
 // ListFiles lists a directory of owner's session, depth levels deep.
@@ -171,7 +171,7 @@ func (m *Manager) ListFiles(ctx context.Context, owner, id, path string, depth i
 	}
 	resp, err := c.client.Filesystem.ListDir(ctx, connect.NewRequest(&filesystempb.ListDirRequest{Path: path, Depth: uint32(max(depth, 1))}))
 	if err != nil {
-		return nil, agentError(err)
+		return nil, m.callError(ctx, id, err)
 	}
 	out := make([]mcpbox.FileInfo, 0, len(resp.Msg.GetEntries()))
 	for _, e := range resp.Msg.GetEntries() {
@@ -194,10 +194,32 @@ func (m *Manager) ListFiles(ctx context.Context, owner, id, path string, depth i
 	return out, nil
 }
 
+// callError maps a failed call to session id's agent to a domain error.
+// A failure the agent did not answer with (a dropped connection, a refused
+// dial) may mean the sandbox died: then the session ends and the error
+// says so.
+func (m *Manager) callError(ctx context.Context, id string, err error) error {
+	if err == nil {
+		return nil
+	}
+	mapped := agentError(err)
+	if mcpbox.ErrorCode(mapped) == mcpbox.EINTERNAL && ctx.Err() == nil {
+		if gone := m.sandboxGone(context.WithoutCancel(ctx), id); gone != nil {
+			return gone
+		}
+	}
+	return mapped
+}
+
 // agentError maps what the agent answered to a domain error.
 func agentError(err error) error {
 	if err == nil {
 		return nil
+	}
+	// An Error from the door itself (the sandbox is gone) says it best.
+	var me *mcpbox.Error
+	if errors.As(err, &me) {
+		return me
 	}
 	var he *agentclient.HTTPError
 	if errors.As(err, &he) {
@@ -299,7 +321,7 @@ func (m *Manager) ExecuteCode(ctx context.Context, owner, id string, req CodeReq
 	}
 	var used int64
 	over := false
-	return agentError(c.client.Execute(ctx, areq, func(ev mcpbox.CodeEvent) {
+	return m.callError(ctx, id, c.client.Execute(ctx, areq, func(ev mcpbox.CodeEvent) {
 		if ev.Type != mcpbox.EventEndOfExecution {
 			used += eventSize(&ev)
 			if used > m.opts.MaxCodeReplyBytes {
@@ -347,7 +369,7 @@ func (m *Manager) Languages(ctx context.Context, owner, id string) ([]string, er
 	m.connMu.Unlock()
 	list, err := c.client.Contexts(ctx)
 	if err != nil {
-		return nil, agentError(err)
+		return nil, m.callError(ctx, id, err)
 	}
 	var langs []string
 	for _, k := range list {
