@@ -39,8 +39,7 @@ awk '
     for (i = 1; i <= c; i++) for (j = i + 1; j <= c; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
     return c % 2 ? a[(c + 1) / 2] : (a[c / 2] + a[c / 2 + 1]) / 2 }
   END {
-    printf "%-60s %-14s %12s %12s %8s\n", "benchmark", "metric", "base", "head", "ratio"
     for (key in keys) { split(key, k, SUBSEP); b = median(key, "base"); h = median(key, "head")
       printf "%-60s %-14s %12.4g %12.4g %8s\n", k[1], k[2], b, h, (b > 0 ? sprintf("%.2f", h / b) : "-") } }
-' "$out" | sort
+' "$out" | sort | { printf "%-60s %-14s %12s %12s %8s\n" benchmark metric base head ratio; cat; }
 rm -f "$out"
