@@ -48,6 +48,9 @@ type kctx struct {
 	k      *kernelProc // nil until first use or after a death
 	count  int         // execution_count of k
 	closed bool        // deleted, or the manager is closed
+	// lost is why a kernel ended during a call whose client had gone,
+	// until the next call says so (or a restart makes it moot).
+	lost *stopReason
 }
 
 // stopReason is why the agent killed a kernel, as the error event that
@@ -81,9 +84,11 @@ type kernelProc struct {
 	dead chan struct{} // closed by kill
 	why  stopReason    // set before dead closes
 
-	// eof says which of fd 1 and 2 has ended. Only the cell running on
-	// the kernel touches it.
-	eof [2]bool
+	// eof says which of fd 1 and 2 has ended, and interrupted that the
+	// last cell was sent SIGINT. Only the cell running on the kernel
+	// touches them.
+	eof         [2]bool
+	interrupted bool
 }
 
 // kevent is one line of a driver's event pipe: an event, or the length
@@ -259,6 +264,9 @@ type request struct {
 	Env    map[string]string `json:"env,omitempty"`
 	Marker string            `json:"marker"`
 	Event  *json.RawMessage  `json:"event,omitempty"`
+	// Settle says the agent sent SIGINT during the previous cell: the
+	// JavaScript driver makes sure it is spent before this cell starts.
+	Settle bool `json:"settle,omitempty"`
 }
 
 // kernel returns the context's kernel, starting one when there is none.
@@ -295,7 +303,7 @@ func (c *kctx) kernel() (*kernelProc, error) {
 func (c *kctx) stop(why stopReason, closing bool) {
 	c.mu.Lock()
 	k := c.k
-	c.k, c.count = nil, 0
+	c.k, c.count, c.lost = nil, 0, nil
 	if closing {
 		c.closed = true
 	}
@@ -303,6 +311,16 @@ func (c *kctx) stop(why stopReason, closing bool) {
 	if k != nil {
 		k.kill(why)
 	}
+}
+
+// setLost keeps why the kernel ended for the next call to report, unless
+// a restart has come since.
+func (c *kctx) setLost(why stopReason) {
+	c.mu.Lock()
+	if c.k == nil && !c.closed {
+		c.lost = &why
+	}
+	c.mu.Unlock()
 }
 
 // forget kills k and, unless a restart already replaced it, leaves the
@@ -332,6 +350,26 @@ func (c *kctx) execute(ctx context.Context, code string, env map[string]string, 
 		}
 		out.send(end)
 	}()
+	if ctx.Err() != nil {
+		// Gone before its cell started: the cell never runs, rather than
+		// run late, after calls that came later. A kernel lost unheard
+		// waits for a call that is heard.
+		out.send(Event{"type": "error", "name": "ExecutionCancelled", "value": "the request was cancelled before its cell started; the cell did not run", "traceback": ""})
+		return
+	}
+	c.mu.Lock()
+	lost := c.lost
+	c.lost = nil
+	c.mu.Unlock()
+	if lost != nil {
+		// The kernel was lost while a call ran whose client had gone:
+		// this reply is the first that can tell. The cell does not run,
+		// as when a kernel is found dead between cells.
+		restarted = true
+		out.send(Event{"type": "error", "name": lost.name, "traceback": "",
+			"value": "while an earlier call on this context ran, after its client had gone: " + lost.value + ". This cell did not run."})
+		return
+	}
 	k, err := c.kernel()
 	if err != nil {
 		out.send(Event{"type": "error", "name": "KernelError", "value": err.Error(), "traceback": ""})
@@ -342,7 +380,7 @@ func (c *kctx) execute(ctx context.Context, code string, env map[string]string, 
 	// No NUL: the shell driver frames cells with NUL, and bash variables
 	// cannot hold one.
 	marker := "\x1emcpbox-end-" + hex.EncodeToString(b) + "\x1e"
-	msg, err := drivers[c.Language].encode(request{Code: code, Env: env, Marker: marker, Event: event})
+	msg, err := drivers[c.Language].encode(request{Code: code, Env: env, Marker: marker, Event: event, Settle: k.interrupted})
 	if err != nil {
 		out.send(Event{"type": "error", "name": "InvalidRequest", "value": err.Error(), "traceback": ""})
 		return
@@ -352,6 +390,7 @@ func (c *kctx) execute(ctx context.Context, code string, env map[string]string, 
 	n := c.count
 	c.mu.Unlock()
 	var r runResult
+	k.interrupted = false
 	if _, err := k.req.Write(msg); err != nil {
 		// Gone between cells, or killed by a restart just now: the loop
 		// finds out which.
@@ -361,16 +400,25 @@ func (c *kctx) execute(ctx context.Context, code string, env map[string]string, 
 	}
 	timedOut = r.timedOut
 	out.finish()
+	// A client that went away reads no reply: a kernel lost now is told
+	// of to the next call, unless a request of its own stopped it.
+	unheard := ctx.Err() != nil
 	switch r.end {
 	case cellDied:
 		why := died(r.status)
 		c.forget(k, why)
 		restarted = true
+		if unheard {
+			c.setLost(why)
+		}
 		out.send(Event{"type": "error", "name": why.name, "value": why.value, "traceback": ""})
 		out.send(Event{"type": "unexpected_end_of_execution"})
 	case cellKilled:
 		c.forget(k, stopStuck) // a no-op unless the loop killed it
 		restarted = true
+		if unheard && k.why == stopStuck {
+			c.setLost(k.why)
+		}
 		out.send(Event{"type": "error", "name": k.why.name, "value": k.why.value, "traceback": ""})
 	default:
 		if r.exitCode != 0 {
@@ -438,13 +486,25 @@ func (c *kctx) run(ctx context.Context, k *kernelProc, marker string, timeout ti
 	if gone {
 		die()
 	}
+	// An interrupt goes to the kernel only while the cell runs: after the
+	// driver said "started" (before, it would find the driver reading the
+	// request) and before its "done" (after, it would land on an idle
+	// kernel, or on the next cell). One asked for sooner waits for
+	// "started"; the grace runs from the asking, so a cell that never
+	// starts is not waited on for ever.
+	started, wantInterrupt, done := false, false, false
 	interrupt := func() {
 		if grace == nil && !dying {
-			syscall.Kill(-k.child.Pid, syscall.SIGINT)
+			wantInterrupt = true
 			grace = time.After(interruptGrace)
 		}
 	}
-	done := false
+	signal := func() {
+		if wantInterrupt && started && !done && !dying {
+			wantInterrupt, k.interrupted = false, true
+			syscall.Kill(-k.child.Pid, syscall.SIGINT)
+		}
+	}
 	seen := k.eof // a stream that ended says nothing more
 	var held [2]string
 	// text forwards a stream's bytes, holding back a marker's length of
@@ -474,13 +534,18 @@ loop:
 				continue
 			}
 			for _, kev := range batch {
-				if out.kernelEvent(kev) {
+				if kev.ev["type"] == "started" {
+					started = true
+				} else if out.kernelEvent(kev) {
 					done = !dying
 					if n, ok := kev.ev["exit_code"].(float64); ok {
 						res.exitCode = int(n)
 					}
 				}
 			}
+			// After the whole batch: a "done" in it means the cell is
+			// over, however soon after "started" it came.
+			signal()
 			out.idle()
 		case ch := <-k.out:
 			i := ch.stream
@@ -500,9 +565,11 @@ loop:
 			timer = nil
 			res.timedOut = true
 			interrupt()
+			signal()
 		case <-cancelled:
 			cancelled = nil
 			interrupt()
+			signal()
 		case <-grace:
 			k.kill(stopStuck)
 			res.end = cellKilled

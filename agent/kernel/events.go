@@ -59,7 +59,9 @@ func (lr *lineReader) next() (line []byte, skipped int64, err error) {
 
 // driverEvents are the event types a driver sends. Anything else on the
 // pipe is ignored, so a cell cannot end its own reply early.
-var driverEvents = map[string]bool{"stdout": true, "stderr": true, "result": true, "error": true, "return_value": true, "done": true}
+// "started" (the cell has begun: interrupts may go to it) is the caller's
+// to handle too, and never reaches the reply.
+var driverEvents = map[string]bool{"stdout": true, "stderr": true, "result": true, "error": true, "return_value": true, "done": true, "started": true}
 
 // parseEvent decodes one line of a driver's event pipe.
 func parseEvent(line []byte) (Event, bool) {
@@ -143,6 +145,8 @@ func (r *reply) kernelEvent(kev kevent) (done bool) {
 	switch t, _ := kev.ev["type"].(string); t {
 	case "done":
 		return true
+	case "started":
+		return false
 	case "stdout":
 		s, _ := kev.ev["text"].(string)
 		r.text(0, s)

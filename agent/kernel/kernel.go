@@ -39,6 +39,16 @@
 // KernelExited (with the exit status) or KernelDied error, and
 // unexpected_end_of_execution.
 //
+// A request cancelled while its cell runs (its client went away)
+// interrupts the cell as a timeout does: the cell ran or it did not, and
+// the state is kept. The SIGINT goes only to a cell that runs, between
+// the driver's "started" event and its "done", and the drivers act on it
+// only while a cell runs, so an interrupt never reaches an idle kernel
+// or the next cell. A request cancelled before its cell started does not
+// run it (ExecutionCancelled). If the kernel is lost during a call whose
+// client had gone, the next call on the context reports it (the same
+// error, "restarted") instead of running its cell.
+//
 // Everything a kernel sends is bounded, since user code can write to the
 // drivers' pipes too: output past MaxOutputBytes per stream per execution
 // is dropped; an event line longer than MaxEventBytes is skipped unread;

@@ -32,8 +32,60 @@ function bindModule() {
   }
 }
 
-let interrupt = null; // rejects the running cell on SIGINT
-process.on('SIGINT', () => { if (interrupt) interrupt(new Error('Interrupted by the execution timeout')); });
+// SIGINT interrupts a running cell and nothing else. vm's breakOnSigint
+// stops synchronous code, but around each such call node swaps SIGINT's
+// handler: it removes the process's SIGINT listeners (SIGINT's action is
+// then the default, death), starts its watchdog, and when it stops it, a
+// handler that exits until the listeners are back. A SIGINT in those gaps,
+// an agent's interrupt landing as a cell starts or ends, kills the kernel.
+// So, where node lets it, the driver keeps node's SIGINT watchdog started
+// for good and has no SIGINT listener: the watchdog's handler is always
+// in place; a SIGINT while a cell's synchronous code runs stops it, and
+// any other only leaves a flag, which a cell awaiting a promise polls
+// (node clears it as each synchronous part ends). Elsewhere it falls back
+// to a listener. A cell that adds its own SIGINT listener brings node's
+// swapping back, gaps included.
+let watchdog = null;
+try {
+  const noDeprecation = process.noDeprecation;
+  process.noDeprecation = true;
+  try {
+    const b = process.binding('contextify');
+    if (typeof b.startSigintWatchdog === 'function' && typeof b.watchdogHasPendingSigint === 'function' && b.startSigintWatchdog()) {
+      watchdog = b;
+    }
+  } finally {
+    process.noDeprecation = noDeprecation;
+  }
+} catch (e) {}
+const interrupted = () => new Error('Interrupted by the execution timeout');
+
+// The watchdog's signal handler only wakes a helper thread, which then
+// stops the cell registered at that moment, or else raises the flag: an
+// interrupt that came as a cell ended could still reach the next cell if
+// that thread ran late. So when the agent says it interrupted the
+// previous cell (req.settle) and that cell did not stop for it, the next
+// waits for the flag (a second, at most: node clears the flag at the end
+// of a cell's synchronous part, so it may never come), then clears it.
+let stopped = false; // the cell was stopped by SIGINT
+function settle() {
+  if (!stopped) {
+    const t = new Int32Array(new SharedArrayBuffer(4));
+    const deadline = process.hrtime.bigint() + 1000000000n;
+    while (!watchdog.watchdogHasPendingSigint() && process.hrtime.bigint() < deadline) Atomics.wait(t, 0, 0, 0.05);
+  }
+  watchdog.startSigintWatchdog();
+  watchdog.stopSigintWatchdog();
+}
+
+let interrupt = null; // stops the running cell's wait for its promise
+if (!watchdog) process.on('SIGINT', () => { if (interrupt) interrupt(); });
+
+// A cell's synchronous part runs inside this script, under breakOnSigint,
+// so "started" goes out once the watchdog covers it: the agent interrupts
+// only after "started", when the interrupt stops the cell.
+const enter = Symbol.for('mcpbox.enter');
+const runner = new vm.Script('globalThis[Symbol.for("mcpbox.enter")]()', { filename: '<mcpbox>' });
 
 function rewrite(code) {
   code = code.replace(/^(let|const)(\s)/gm, 'var$2').replace(/^class\s+([A-Za-z_$][\w$]*)/gm, 'var $1 = class $1');
@@ -48,13 +100,31 @@ function rewrite(code) {
 
 async function runCell(req) {
   if (globalThis.module !== mod) bindModule();
+  if (watchdog && req.settle) settle();
+  stopped = false;
   const { code, async } = rewrite(req.code);
-  let value = vm.runInThisContext(code, { filename: '<cell>', breakOnSigint: true });
+  const script = new vm.Script(code, { filename: '<cell>' });
+  Object.defineProperty(globalThis, enter, {
+    value: () => { send({ type: 'started' }); return script.runInThisContext(); },
+    writable: true, configurable: true, enumerable: false,
+  });
+  let value;
+  try {
+    value = runner.runInThisContext({ breakOnSigint: true });
+  } catch (e) {
+    if (e && e.code === 'ERR_SCRIPT_EXECUTION_INTERRUPTED') stopped = true;
+    throw e;
+  } finally {
+    delete globalThis[enter];
+  }
   if (async || value instanceof Promise) {
+    let poll;
+    const stop = (reject) => { stopped = true; reject(interrupted()); };
     value = await new Promise((resolve, reject) => {
-      interrupt = reject;
+      interrupt = () => stop(reject);
+      if (watchdog) poll = setInterval(() => { if (watchdog.watchdogHasPendingSigint()) stop(reject); }, 10);
       Promise.resolve(value).then(resolve, reject);
-    });
+    }).finally(() => clearInterval(poll));
   }
   if (value !== undefined) send({ type: 'result', text: util.inspect(value), is_main_result: true });
   if ('event' in req) await callHandler(req.event);

@@ -8,7 +8,7 @@
 # Start-up is on the path of every first execution, so only what every
 # cell needs is imported here: _ast is built in (the ast module costs
 # milliseconds), and base64 and traceback load when a cell needs them.
-import _ast, io, os, sys
+import _ast, _signal, io, os, sys
 
 # The protocol's JSON goes through the C codec behind the json module:
 # importing json imports re, a third of this driver's start-up. Where _json
@@ -192,27 +192,76 @@ def _exit(exc):
     os._exit(status)
 
 
+# SIGINT interrupts a running cell and nothing else. The agent sends it
+# only between a cell's "started" and its "done", but it may land late,
+# after the cell ended, while the driver reads the next request: there an
+# exception would lose the request (TextIOWrapper decodes it in Python
+# code) or, outside any try, end the driver. So the handler raises only
+# while a cell runs, and only once per cell: after it raised, no later
+# SIGINT can raise in the driver's own code that reports the interrupt.
+_running = False
+# A SIGINT handler a cell installed: it stays in charge during cells.
+_user_sigint = None
+
+
+def _on_sigint(signum, frame):
+    global _running
+    if not _running:
+        return
+    _running = False
+    h = _user_sigint
+    if callable(h) and h is not _signal.default_int_handler:
+        return h(signum, frame)
+    if h == _signal.SIG_IGN:
+        return
+    raise KeyboardInterrupt
+
+
+_signal.signal(_signal.SIGINT, _on_sigint)
+
+
+def _cell(req):
+    """Runs one cell with SIGINT armed. On return, or on any exception,
+    _running is False: a KeyboardInterrupt landing in the finally, before
+    the store, was raised by the handler, which cleared it."""
+    global _running
+    try:
+        _running = True
+        _send(type="started")
+        _run(req["code"])
+        if "event" in req:
+            _handler(req["event"])
+        _figures()
+    finally:
+        _running = False
+
+
+def _rearm():
+    """Puts the driver's SIGINT handler back if a cell replaced it, keeping
+    the cell's handler for later cells."""
+    global _user_sigint
+    h = _signal.getsignal(_signal.SIGINT)
+    if h is not _on_sigint:
+        _user_sigint = h
+        _signal.signal(_signal.SIGINT, _on_sigint)
+
+
 def _main():
     while True:
-        try:
-            line = _req.readline()
-        except KeyboardInterrupt:
-            continue  # an interrupt that arrived between cells
+        line = _req.readline()
         if not line:
             return
         req = _loads(line)
         for k, v in (req.get("env") or {}).items():
             os.environ[k] = v
         try:
-            _run(req["code"])
-            if "event" in req:
-                _handler(req["event"])
-            _figures()
+            _cell(req)
         except SystemExit as exc:
             _exit(exc)
         except BaseException as exc:  # KeyboardInterrupt too
             _error(exc)
         finally:
+            _rearm()
             sys.stdout.flush()
             os.write(1, req["marker"].encode())
             os.write(2, req["marker"].encode())

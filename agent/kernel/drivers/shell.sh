@@ -9,17 +9,19 @@
 shopt -s expand_aliases
 __mcpbox_run() { eval "$1"; }
 # An interrupt (the agent's timeout) abandons the rest of the cell with
-# status 130, as Ctrl-C would; the shell and its state carry on.
-trap 'return 130 2>/dev/null' INT
+# status 130, as Ctrl-C would; the shell and its state carry on. SIGINT is
+# ignored between cells: one that came while `read` took in a request
+# would lose what it had read. The agent interrupts only after "started";
+# a late SIGINT, after the cell ended, finds it ignored again. (A cell's
+# own INT trap lasts until the cell ends.)
+trap '' INT
 while :; do
-  IFS= read -r -d '' __mcpbox_marker <&3 && IFS= read -r -d '' __mcpbox_cell <&3
-  __mcpbox_rc=$?
-  if [ "$__mcpbox_rc" -ne 0 ]; then
-    [ "$__mcpbox_rc" -gt 128 ] && continue # a stray interrupt between cells
-    break                                  # the agent closed fd 3
-  fi
+  IFS= read -r -d '' __mcpbox_marker <&3 && IFS= read -r -d '' __mcpbox_cell <&3 || break # the agent closed fd 3
+  trap 'return 130 2>/dev/null' INT
+  printf '{"type":"started"}\n' >&4
   __mcpbox_run "$__mcpbox_cell"
   __mcpbox_rc=$?
+  trap '' INT
   printf '%s' "$__mcpbox_marker"
   printf '%s' "$__mcpbox_marker" >&2
   printf '{"type":"done","exit_code":%d}\n' "$__mcpbox_rc" >&4
