@@ -389,7 +389,7 @@ func (r *Runtime) PID(id string) int {
 	if err != nil {
 		return 0
 	}
-	if t, err := procStartTime(st.PID); err != nil || t != st.StartTime {
+	if !running(st.PID, st.StartTime) {
 		return 0
 	}
 	return st.PID
@@ -501,8 +501,7 @@ func (r *Runtime) List(ctx context.Context) ([]*mcpbox.Sandbox, error) {
 			continue // being created, or left half-made: Destroy handles it
 		}
 		sb := st.Sandbox
-		t, err := procStartTime(st.PID)
-		sb.Alive = err == nil && t == st.StartTime
+		sb.Alive = running(st.PID, st.StartTime)
 		out = append(out, &sb)
 	}
 	return out, nil
@@ -530,6 +529,23 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// running reports whether the agent recorded as pid, started at start,
+// still runs. A zombie does not: an agent orphaned by an earlier mcpbox
+// process belongs to the host's init, which may take its time reaping it
+// (or never do), but nothing of the sandbox is left alive.
+func running(pid int, start uint64) bool {
+	t, err := procStartTime(pid)
+	if err != nil || t != start {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
 }
 
 // procStartTime reads field 22 of /proc/<pid>/stat.
