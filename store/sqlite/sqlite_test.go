@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -51,5 +52,28 @@ func TestSurvivesReopen(t *testing.T) {
 	got, err := s.GetSession(ctx, "keep1")
 	if err != nil || got.Owner != "alice" || !got.Created.Equal(want.Created) {
 		t.Fatalf("after reopen: %+v, %v", got, err)
+	}
+}
+
+// TestPrivate: the database and its WAL hold session env values and key
+// hashes: only their owner may read them, also when an older mcpbox made
+// the file world-readable.
+func TestPrivate(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "mcpbox.db")
+	os.WriteFile(file, nil, 0o644)
+	os.Chmod(file, 0o644)
+	s := open(t, file)
+	defer s.Close()
+	if err := s.CreateSession(context.Background(), &mcpbox.Session{ID: "p1", State: mcpbox.SessionStopped}, mcpbox.Admission{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{file, file + "-wal", file + "-shm"} {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s is %v, want -rw-------", filepath.Base(f), fi.Mode().Perm())
+		}
 	}
 }
