@@ -45,7 +45,6 @@ func (m *Manager) Run(ctx context.Context) {
 	}()
 	tick := time.NewTicker(m.opts.LeaseTTL / 3)
 	defer tick.Stop()
-	poolTick := make(chan struct{}, 1)
 	poolsStarted := false
 	var lastReap, lastRecover time.Time
 	for {
@@ -79,12 +78,15 @@ func (m *Manager) Run(ctx context.Context) {
 				lastReap = now
 			}
 			if !poolsStarted {
-				m.runPools(ctx, poolTick)
+				m.runPools(ctx)
 				poolsStarted = true
 			}
-			select {
-			case poolTick <- struct{}{}:
-			default:
+			// Takes by other processes are noticed here.
+			for _, p := range m.pools {
+				select {
+				case p.wake <- struct{}{}:
+				default:
+				}
 			}
 		}
 		select {

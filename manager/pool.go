@@ -159,9 +159,9 @@ func (m *Manager) fillOne(ctx context.Context, p *pool) error {
 	return nil
 }
 
-// runPools refills each pool when woken by a take here, and at every
-// maintenance tick (takes by other processes).
-func (m *Manager) runPools(ctx context.Context, tick <-chan struct{}) {
+// runPools refills each pool when woken: by a take here, and at every
+// maintenance tick (takes by other processes; see Run).
+func (m *Manager) runPools(ctx context.Context) {
 	for _, p := range m.pools {
 		m.wg.Go(func() {
 			for {
@@ -179,7 +179,6 @@ func (m *Manager) runPools(ctx context.Context, tick <-chan struct{}) {
 						return
 					case <-time.After(refillDelay):
 					}
-				case <-tick:
 				}
 			}
 		})
