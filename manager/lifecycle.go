@@ -111,8 +111,7 @@ func (m *Manager) touch(ctx context.Context, owner, id string) (*mcpbox.Session,
 			return nil, false, err
 		}
 		if s.State != mcpbox.SessionRunning {
-			return nil, false, mcpbox.Errorf(mcpbox.ESESSION, "session %q has %s", id, s.State).
-				WithSuggestion("create a new session")
+			return nil, false, notRunning(s)
 		}
 		now := m.opts.Now().UTC()
 		// A use within a second of the recorded one changes no deadline that
@@ -144,7 +143,7 @@ func (m *Manager) SetTimeout(ctx context.Context, owner, id string, d time.Durat
 			return err
 		}
 		if s.State != mcpbox.SessionRunning {
-			return mcpbox.Errorf(mcpbox.ESESSION, "session %q has %s", id, s.State).WithSuggestion("create a new session")
+			return notRunning(s)
 		}
 		now := m.opts.Now().UTC()
 		s.LastUsed, s.ExpiresAt = now, now.Add(d)
@@ -250,4 +249,21 @@ func (m *Manager) Ready(ctx context.Context) error {
 	// An owner no one can have: the query runs, and matches nothing.
 	_, err := m.opts.Store.ListSessions(ctx, mcpbox.SessionFilter{Owner: "\x00ready"})
 	return err
+}
+
+// notRunning is the error for a call to a session that is no longer (or
+// not yet) running.
+func notRunning(s *mcpbox.Session) *mcpbox.Error {
+	state := map[mcpbox.SessionState]string{
+		mcpbox.SessionStopped:  "has stopped",
+		mcpbox.SessionExpired:  "has expired (its TTL or idle timeout passed)",
+		mcpbox.SessionStopping: "is stopping",
+		mcpbox.SessionCreating: "is still being created",
+	}[s.State]
+	if state == "" {
+		state = "is " + string(s.State)
+	}
+	return mcpbox.Errorf(mcpbox.ESESSION, "session %q %s", s.ID, state).
+		With("session_id", s.ID).With("state", string(s.State)).
+		WithSuggestion("create a new session")
 }
