@@ -397,3 +397,27 @@ func TestSandboxDiedEndsSession(t *testing.T) {
 		})
 	}
 }
+
+// TestStopAllLeavesOthers: a server stopping its sessions on exit leaves
+// those another live process on the same store looks after.
+func TestStopAllLeavesOthers(t *testing.T) {
+	ctx := context.Background()
+	ms, rt := shared(t, memstore.New(), 2, manager.Options{})
+	mine, err := ms[0].Create(ctx, "alice", manager.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := ms[1].Create(ctx, "alice", manager.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := ms[0].StopAll(ctx); err != nil || n != 1 {
+		t.Fatalf("StopAll stopped %d, %v; want only its own 1", n, err)
+	}
+	if s, _ := ms[0].Get(ctx, "alice", mine.ID); s.State != mcpbox.SessionStopped {
+		t.Errorf("its own session is %s", s.State)
+	}
+	if s, _ := ms[1].Get(ctx, "alice", theirs.ID); s.State != mcpbox.SessionRunning || rt.Live() != 1 {
+		t.Errorf("the other process's session is %s, %d sandboxes left", s.State, rt.Live())
+	}
+}

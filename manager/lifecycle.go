@@ -211,12 +211,20 @@ func (m *Manager) publish(t mcpbox.EventType, s *mcpbox.Session) {
 	}
 }
 
-// StopAll stops every running session of every owner (for
-// --stop-sessions-on-exit) and returns how many it stopped.
+// StopAll stops every running session this process looks after — made
+// here, or adopted — of every owner (for --stop-sessions-on-exit), and
+// returns how many it stopped. Sessions another live mcpbox process on the
+// same store looks after are its own to keep.
 func (m *Manager) StopAll(ctx context.Context) (int, error) {
-	live, err := m.opts.Store.ListSessions(ctx, mcpbox.SessionFilter{States: []mcpbox.SessionState{mcpbox.SessionRunning}})
+	all, err := m.opts.Store.ListSessions(ctx, mcpbox.SessionFilter{States: []mcpbox.SessionState{mcpbox.SessionRunning}})
 	if err != nil {
 		return 0, err
+	}
+	var live []*mcpbox.Session
+	for _, s := range all {
+		if s.Holder == m.holder || !m.leaseLive(ctx, s.Holder) {
+			live = append(live, s)
+		}
 	}
 	// A few at a time: tearing a sandbox down is mostly waiting on the
 	// kernel, and a server stopping with dozens live should not take a
