@@ -35,7 +35,11 @@ func TestSharedHome(t *testing.T) {
 	env := []string{"MCPBOX_HOME=" + home, "MCPBOX_CONFIG=" + cfg}
 
 	srv := &server{bin: bin, home: home, url: fmt.Sprintf("http://127.0.0.1:%d", freePort(t))}
-	startServe := func() *proc { return srv.startEnv(t, env, "--config", cfg) }
+	startServe := func() *proc {
+		p := srv.startEnv(t, env, "--config", cfg)
+		t.Cleanup(func() { p.stop(t) })
+		return p
+	}
 	startMCP := func() *stdio { return startStdioEnv(t, bin, env, "--config", cfg) }
 	httpClient := func() *mcp.ClientSession {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -118,6 +122,11 @@ func TestSharedHome(t *testing.T) {
 		}
 	}
 	check(3)
+	// Nothing of the test may outlive it: the sessions it kept are not
+	// ephemeral, and no process here stops them on exit.
+	for id := range kept {
+		callOK(t, web, "stop_session", map[string]any{"session_id": id})
+	}
 }
 
 // waitHolders waits until every live record is held by a process whose
