@@ -221,8 +221,6 @@ func (c *Client) feed(ctx context.Context, pid uint32, r io.Reader) {
 	c.Process.CloseStdin(ctx, connect.NewRequest(&processpb.CloseStdinRequest{Process: sel}))
 }
 
-func bytesReader(b []byte) io.Reader { return strings.NewReader(string(b)) }
-
 // limitedReader fails, rather than truncating silently, past n bytes.
 type limitedReader struct {
 	r io.Reader

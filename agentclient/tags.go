@@ -1,6 +1,7 @@
 package agentclient
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -52,7 +53,7 @@ func (c *Client) SetDeadline(ctx context.Context, t time.Time) error {
 	if !t.IsZero() {
 		body, _ = json.Marshal(map[string]time.Time{"deadline": t.UTC()})
 	}
-	resp, err := c.do(ctx, http.MethodPut, "/mcpbox/v1/deadline", bytesReader(body), "application/json")
+	resp, err := c.do(ctx, http.MethodPut, "/mcpbox/v1/deadline", bytes.NewReader(body), "application/json")
 	if err != nil {
 		return err
 	}
