@@ -81,3 +81,53 @@ func TestJavaScriptTimeoutKeepsState(t *testing.T) {
 		t.Errorf("state after an interrupted loop: %q", got)
 	}
 }
+
+// TestJavaScriptHandlerPrecedence pins which handler an event reaches:
+// the one the call's own code defines, exported before global; with none
+// defined by the call, an exported handler before a global one.
+func TestJavaScriptHandlerPrecedence(t *testing.T) {
+	call := func(t *testing.T, url, code string) string {
+		t.Helper()
+		evs := execute(t, url, map[string]any{"code": code, "language": "javascript", "event": map[string]any{}})
+		rv := find(evs, "return_value")
+		if rv == nil {
+			t.Fatalf("no return_value: %v", evs)
+		}
+		return fmt.Sprint(rv["value"])
+	}
+	t.Run("async function with await", func(t *testing.T) {
+		url := serve(t, 0)
+		got := call(t, url, "async function handler(event, context) {\n  await new Promise(r => setTimeout(r, 5))\n  return 'async ' + typeof context.getRemainingTimeInMillis\n}")
+		if got != "async function" {
+			t.Errorf("got %q", got)
+		}
+	})
+	t.Run("newer export beats an earlier global", func(t *testing.T) {
+		url := serve(t, 0)
+		js(t, url, "function handler() { return 'old global' }")
+		if got := call(t, url, "exports.handler = async () => 'new export'"); got != "new export" {
+			t.Errorf("got %q", got)
+		}
+	})
+	t.Run("newer global beats an earlier export", func(t *testing.T) {
+		url := serve(t, 0)
+		js(t, url, "module.exports.handler = () => 'old export'")
+		if got := call(t, url, "function handler() { return 'new global' }"); got != "new global" {
+			t.Errorf("got %q", got)
+		}
+	})
+	t.Run("nothing new: export before global", func(t *testing.T) {
+		url := serve(t, 0)
+		js(t, url, "function handler() { return 'global' }\nexports.handler = () => 'export'")
+		if got := call(t, url, "1"); got != "export" {
+			t.Errorf("got %q", got)
+		}
+	})
+	t.Run("no handler says what to define", func(t *testing.T) {
+		url := serve(t, 0)
+		evs := execute(t, url, map[string]any{"code": "const x = 1", "language": "javascript", "event": 1})
+		if e := find(evs, "error"); e == nil || !strings.Contains(fmt.Sprint(e["value"]), "exports.handler") {
+			t.Errorf("error %v", evs)
+		}
+	})
+}

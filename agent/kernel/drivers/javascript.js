@@ -91,17 +91,26 @@ function rewrite(code) {
   code = code.replace(/^(let|const)(\s)/gm, 'var$2').replace(/^class\s+([A-Za-z_$][\w$]*)/gm, 'var $1 = class $1');
   if (!/\bawait\b/.test(code)) return { code, async: false };
   const lines = code.replace(/\s+$/, '').split('\n').map((l) => l.replace(/^var\s+([A-Za-z_$][\w$]*)\s*=/, 'globalThis.$1 ='));
+  // Top-level functions stay declarations (hoisted, as in a script) and
+  // become globals from the wrapper's first line, so `async function
+  // handler` with an await inside is still found by handler mode.
+  const fns = [];
+  for (const l of lines) {
+    const m = /^(?:async\s+)?function\s*\*?\s*([A-Za-z_$][\w$]*)/.exec(l);
+    if (m) fns.push('globalThis.' + m[1] + ' = ' + m[1] + ';');
+  }
   const last = lines.length ? lines[lines.length - 1].trim() : '';
   if (last && !/^(var|let|const|function|class|if|for|while|do|switch|try|return|throw|import|export|\}|\/\/)/.test(last) && !last.endsWith('{')) {
     lines[lines.length - 1] = 'return (' + last.replace(/;$/, '') + ');';
   }
-  return { code: '(async () => {\n' + lines.join('\n') + '\n})()', async: true };
+  return { code: '(async () => {' + fns.join(' ') + '\n' + lines.join('\n') + '\n})()', async: true };
 }
 
 async function runCell(req) {
   if (globalThis.module !== mod) bindModule();
   if (watchdog && req.settle) settle();
   stopped = false;
+  const before = handlers();
   const { code, async } = rewrite(req.code);
   const script = new vm.Script(code, { filename: '<cell>' });
   Object.defineProperty(globalThis, enter, {
@@ -127,12 +136,30 @@ async function runCell(req) {
     }).finally(() => clearInterval(poll));
   }
   if (value !== undefined) send({ type: 'result', text: util.inspect(value), is_main_result: true });
-  if ('event' in req) await callHandler(req.event);
+  if ('event' in req) await callHandler(req.event, pickHandler(before));
 }
 
-async function callHandler(event) {
-  const fn = globalThis.handler || (mod.exports && mod.exports.handler) || (globalThis.exports && globalThis.exports.handler);
-  if (typeof fn !== 'function') throw new ReferenceError('handler mode needs a function handler, exports.handler or module.exports.handler');
+// handlers returns the handler candidates as they stand: the exported one
+// (module.exports.handler, else exports.handler) and the global one.
+function handlers() {
+  const exported = (mod.exports && mod.exports.handler) || (globalThis.exports && globalThis.exports.handler);
+  return { exported, global: globalThis.handler };
+}
+
+// pickHandler chooses which handler an event goes to. The handler the
+// call's own code defined wins: exported first, then global. When the
+// code defined none, an earlier cell's exported handler wins over an
+// earlier global one, as in Lambda, which only knows exports.
+function pickHandler(before) {
+  const now = handlers();
+  const fresh = (k) => typeof now[k] === 'function' && now[k] !== before[k];
+  if (fresh('exported')) return now.exported;
+  if (fresh('global')) return now.global;
+  return typeof now.exported === 'function' ? now.exported : now.global;
+}
+
+async function callHandler(event, fn) {
+  if (typeof fn !== 'function') throw new ReferenceError('handler mode needs a function: define handler(event, context), or set exports.handler or module.exports.handler');
   const deadline = Date.now() + 30000;
   const id = require('crypto').randomUUID();
   const context = {

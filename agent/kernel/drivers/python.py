@@ -246,7 +246,41 @@ def _rearm():
         _signal.signal(_signal.SIGINT, _on_sigint)
 
 
+_FONTS_CONF = """<?xml version="1.0"?>
+<!DOCTYPE fontconfig SYSTEM "urn:fontconfig:fonts.dtd">
+<fontconfig>
+  <dir>/usr/share/fonts</dir>
+  <dir>/usr/local/share/fonts</dir>
+  <dir prefix="xdg">fonts</dir>
+  <cachedir prefix="xdg">fontconfig</cachedir>
+</fontconfig>
+"""
+
+
+def _fontconfig():
+    """Gives fontconfig a configuration when the sandbox's /etc has none.
+    matplotlib runs fc-list to find fonts, and without one fc-list prints
+    "Fontconfig error: Cannot load default config file" on the cell's
+    stderr at every first plot. The file lives in the user's cache, where
+    matplotlib and fontconfig keep theirs."""
+    if "FONTCONFIG_FILE" in os.environ or os.path.exists("/etc/fonts/fonts.conf"):
+        return
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.path.join(cache, "mcpbox", "fonts.conf")
+    if not os.path.exists(path):
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = "%s.%d" % (path, os.getpid())
+            with open(tmp, "w") as f:
+                f.write(_FONTS_CONF)
+            os.replace(tmp, path)
+        except OSError:
+            return
+    os.environ["FONTCONFIG_FILE"] = path
+
+
 def _main():
+    _fontconfig()
     while True:
         line = _req.readline()
         if not line:
