@@ -160,18 +160,6 @@ type SandboxSpec struct {
 	Ephemeral bool
 }
 
-// NetworkPolicy says which outside hosts a sandbox may reach. The zero
-// value reaches nothing.
-type NetworkPolicy struct {
-	// Public allows any public address, less Deny.
-	Public bool `json:"public,omitempty"`
-	// Allow lists domain patterns ("pypi.org", "*.githubusercontent.com")
-	// and addresses the sandbox may reach.
-	Allow []string `json:"allow,omitempty"`
-	// Deny lists patterns refused even when Allow or Public would admit them.
-	Deny []string `json:"deny,omitempty"`
-}
-
 // Sandbox describes a sandbox as its runtime sees it. What only one
 // backend knows (a host pid, a socket path) stays inside that backend.
 type Sandbox struct {

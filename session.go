@@ -19,6 +19,9 @@ const (
 	SessionPooled   SessionState = "pooled"
 	SessionCreating SessionState = "creating"
 	SessionRunning  SessionState = "running"
+	// SessionPaused is a sandbox whose processes are frozen (E2B's
+	// pause): it keeps its memory and its deadline does not run.
+	SessionPaused SessionState = "paused"
 	// SessionStopping is a sandbox being destroyed.
 	SessionStopping SessionState = "stopping"
 	SessionStopped  SessionState = "stopped"
@@ -27,11 +30,11 @@ const (
 
 // LiveStates are the states in which a record holds a sandbox: what limits
 // count and what recovery looks after.
-var LiveStates = []SessionState{SessionPooled, SessionCreating, SessionRunning, SessionStopping}
+var LiveStates = []SessionState{SessionPooled, SessionCreating, SessionRunning, SessionPaused, SessionStopping}
 
 // Live reports whether the state holds a sandbox.
 func (st SessionState) Live() bool {
-	return st == SessionPooled || st == SessionCreating || st == SessionRunning || st == SessionStopping
+	return st == SessionPooled || st == SessionCreating || st == SessionRunning || st == SessionPaused || st == SessionStopping
 }
 
 // Session is what agents hold on to: one sandbox plus its kernels, owned
@@ -46,6 +49,10 @@ type Session struct {
 	Env      map[string]string `json:"env,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 	Volumes  []Volume          `json:"volumes,omitempty"`
+	// Network is the session's egress policy; nil means no network. The
+	// proxy reads it from the record at every new connection, so a
+	// change takes effect for the next one.
+	Network *NetworkPolicy `json:"network,omitempty"`
 
 	Created  time.Time `json:"created"`
 	LastUsed time.Time `json:"last_used"`
@@ -53,6 +60,9 @@ type Session struct {
 	ExpiresAt time.Time `json:"expires_at"`
 	// IdleTimeout ends the session after this long without use.
 	IdleTimeout time.Duration `json:"idle_timeout"`
+	// PausedAt is when a paused session was paused; zero otherwise. The
+	// time it stays paused is added to its deadlines when it resumes.
+	PausedAt time.Time `json:"paused_at,omitzero"`
 
 	// Sandbox is the runtime's view of the session's sandbox.
 	Sandbox *Sandbox `json:"sandbox,omitempty"`
