@@ -102,6 +102,12 @@ func TestJavaScriptHandlerPrecedence(t *testing.T) {
 			t.Errorf("got %q", got)
 		}
 	})
+	t.Run("async function with await on one line", func(t *testing.T) {
+		url := serve(t, 0)
+		if got := call(t, url, "async function handler(e) { await null; return 'one line' }"); got != "one line" {
+			t.Errorf("got %q", got)
+		}
+	})
 	t.Run("newer export beats an earlier global", func(t *testing.T) {
 		url := serve(t, 0)
 		js(t, url, "function handler() { return 'old global' }")

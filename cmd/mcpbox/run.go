@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,7 +33,7 @@ var interpreters = map[mcpbox.Language][2]string{
 
 func (m *Main) runCommand() *cobra.Command {
 	var (
-		lang, flavor, file, event string
+		lang, flavor, file, event, imageDir string
 		timeout                   time.Duration
 		envs                      []string
 		cf                        configFlags
@@ -45,13 +46,20 @@ and stderr, destroy the sandbox and exit with the program's exit code (124
 when it ran past --timeout, 125 when mcpbox itself failed).
 
 Python runs in a kernel, so the value of the last expression is printed,
-as in a notebook, and --event calls the code's handler(event, context) with
-the given JSON and prints what it returns. JavaScript runs with node -e and
-shell with sh -c.`,
+as in a notebook. JavaScript runs with node -e and shell with sh -c.
+
+--event is handler mode (Python or JavaScript): the code defines
+handler(event, context) (in JavaScript also exports.handler), which is
+called with the given JSON; what it returns is printed as JSON.
+
+Images the code displays (matplotlib plots) are written as files,
+mcpbox-plot-N.png in the current directory or --image-dir, and their
+paths printed on stderr.`,
 		Example: `  mcpbox run 'print(1+1)'
   mcpbox run --language shell 'uname -a'
   echo 'console.log(42)' | mcpbox run -l javascript -
-  mcpbox run --event '{"a": 1}' 'def handler(event, context): return event["a"] + 1'`,
+  mcpbox run --event '{"a": 1}' 'def handler(event, context): return event["a"] + 1'
+  mcpbox run -l javascript --event '{"a": 1}' 'async function handler(event) { return event.a + 1 }'`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			l, err := mcpbox.ParseLanguage(lang)
 			if err != nil {
@@ -76,16 +84,20 @@ shell with sh -c.`,
 			if err := checkInterpreter(interp[0]); err != nil {
 				return err
 			}
-			if event != "" && l != mcpbox.Python {
-				return mcpbox.Errorf(mcpbox.EINVALID, "--event needs --language python: handler mode runs in the Python kernel")
+			if event != "" && l == mcpbox.Shell {
+				return mcpbox.Errorf(mcpbox.EINVALID, "--event (handler mode) needs --language python or javascript: shell code has no handler to call").
+					WithSuggestion("define handler(event, context) in Python or JavaScript, or drop --event and read the input from --env")
 			}
 			if event != "" && !json.Valid([]byte(event)) {
 				return mcpbox.Errorf(mcpbox.EINVALID, "--event %q is not valid JSON", event)
 			}
 			req := manager.CreateRequest{Flavor: flavor, Env: env, TTL: timeout + time.Minute, Ephemeral: true}
-			if l == mcpbox.Python {
+			// Python always runs in its kernel; JavaScript does for handler
+			// mode, which the kernel provides.
+			if l == mcpbox.Python || event != "" {
+				images := &imageWriter{dir: imageDir}
 				return m.runOnce(cmd.Context(), c, req, func(ctx context.Context, mgr *manager.Manager, id string) error {
-					return m.runKernel(ctx, mgr, id, code, event, timeout)
+					return m.runKernel(ctx, mgr, id, l, code, event, timeout, images)
 				})
 			}
 			return m.runOnce(cmd.Context(), c, req, func(ctx context.Context, mgr *manager.Manager, id string) error {
@@ -99,7 +111,8 @@ shell with sh -c.`,
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "kill the program after this long (at most 1h)")
 	f.StringArrayVarP(&envs, "env", "e", nil, "set an environment variable, K=V (repeatable)")
 	f.StringVarP(&file, "file", "f", "", "read the code from this file")
-	f.StringVar(&event, "event", "", "handler mode: call handler(event, context) with this JSON and print its value")
+	f.StringVar(&event, "event", "", "handler mode (python, javascript): call handler(event, context) with this JSON and print its value")
+	f.StringVar(&imageDir, "image-dir", "", "write images the code displays (plots) here (default: the current directory)")
 	cf.register(f)
 	f.MarkHidden("host")
 	f.MarkHidden("port")
@@ -214,11 +227,12 @@ func (m *Main) runProcess(ctx context.Context, mgr *manager.Manager, id string, 
 	return nil
 }
 
-// runKernel runs code in the sandbox's Python kernel: output streams as it
-// comes, the last expression's value and a handler's return value are
-// printed, and an error prints its traceback and exits 1.
-func (m *Main) runKernel(ctx context.Context, mgr *manager.Manager, id, code, event string, timeout time.Duration) error {
-	req := manager.CodeRequest{Code: code, Language: "python", Timeout: timeout}
+// runKernel runs code in the sandbox's kernel for lang: output streams as
+// it comes, the last expression's value and a handler's return value are
+// printed, images are written as files whose paths are printed, and an
+// error prints its traceback and exits 1.
+func (m *Main) runKernel(ctx context.Context, mgr *manager.Manager, id string, lang mcpbox.Language, code, event string, timeout time.Duration, images *imageWriter) error {
+	req := manager.CodeRequest{Code: code, Language: string(lang), Timeout: timeout}
 	if event != "" {
 		req.Event = json.RawMessage(event)
 	}
@@ -231,7 +245,10 @@ func (m *Main) runKernel(ctx context.Context, mgr *manager.Manager, id, code, ev
 		case mcpbox.EventStderr:
 			io.WriteString(m.Stderr, ev.Text)
 		case mcpbox.EventResult:
-			if ev.Result.IsMainResult && ev.Text != "" {
+			if ev.Result == nil {
+				break
+			}
+			if m.writeImages(images, ev.Result) == 0 && ev.Result.IsMainResult && ev.Text != "" {
 				fmt.Fprintln(m.Stdout, ev.Text)
 			}
 		case mcpbox.EventReturnValue:
@@ -266,6 +283,33 @@ func (m *Main) runKernel(ctx context.Context, mgr *manager.Manager, id, code, ev
 		}
 	}
 	return &exitError{1}
+}
+
+// writeImages writes res's images as files and says where on stderr. It
+// returns how many it wrote.
+func (m *Main) writeImages(w *imageWriter, res *mcpbox.CodeResult) int {
+	n := 0
+	for _, img := range []struct{ mime, data string }{{"image/png", res.PNG}, {"image/jpeg", res.JPEG}, {"image/svg+xml", res.SVG}} {
+		if img.data == "" {
+			continue
+		}
+		raw := []byte(img.data)
+		if img.mime != "image/svg+xml" {
+			var err error
+			if raw, err = base64.StdEncoding.DecodeString(img.data); err != nil {
+				fmt.Fprintf(m.Stderr, "mcpbox: an %s result could not be decoded: %v\n", img.mime, err)
+				continue
+			}
+		}
+		path, err := w.write(img.mime, raw)
+		if err != nil {
+			fmt.Fprintf(m.Stderr, "mcpbox: an %s result could not be written: %v\n", img.mime, err)
+			continue
+		}
+		fmt.Fprintf(m.Stderr, "mcpbox: %s written to %s\n", img.mime, path)
+		n++
+	}
+	return n
 }
 
 // exitStatus finds the status in a KernelExited error's value.

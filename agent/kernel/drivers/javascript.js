@@ -100,7 +100,7 @@ function rewrite(code) {
     if (m) fns.push('globalThis.' + m[1] + ' = ' + m[1] + ';');
   }
   const last = lines.length ? lines[lines.length - 1].trim() : '';
-  if (last && !/^(var|let|const|function|class|if|for|while|do|switch|try|return|throw|import|export|\}|\/\/)/.test(last) && !last.endsWith('{')) {
+  if (last && !/^(var|let|const|function|async\s+function|class|if|for|while|do|switch|try|return|throw|import|export|\}|\/\/)/.test(last) && !last.endsWith('{')) {
     lines[lines.length - 1] = 'return (' + last.replace(/;$/, '') + ');';
   }
   return { code: '(async () => {' + fns.join(' ') + '\n' + lines.join('\n') + '\n})()', async: true };
