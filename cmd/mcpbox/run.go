@@ -34,9 +34,9 @@ var interpreters = map[mcpbox.Language][2]string{
 func (m *Main) runCommand() *cobra.Command {
 	var (
 		lang, flavor, file, event, imageDir string
-		timeout                   time.Duration
-		envs                      []string
-		cf                        configFlags
+		timeout                             time.Duration
+		envs                                []string
+		cf                                  configFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags] (CODE | --file F | -)",
