@@ -53,10 +53,12 @@ const maxCASRetries = 8
 // Touches yield to an end: they give up after a few lost races, while an
 // end retries until it wins or ctx ends.
 func (m *Manager) end(ctx context.Context, s *mcpbox.Session, state mcpbox.SessionState) error {
+	paused := false
 	for {
-		if s.State != mcpbox.SessionRunning {
+		if s.State != mcpbox.SessionRunning && s.State != mcpbox.SessionPaused {
 			return nil
 		}
+		paused = s.State == mcpbox.SessionPaused
 		s.State = mcpbox.SessionStopping
 		err := m.opts.Store.UpdateSession(ctx, s, nil)
 		if err == nil {
@@ -71,6 +73,9 @@ func (m *Manager) end(ctx context.Context, s *mcpbox.Session, state mcpbox.Sessi
 		if s, err = m.opts.Store.GetSession(ctx, s.ID); err != nil {
 			return err
 		}
+	}
+	if paused {
+		m.thaw(ctx, s.ID)
 	}
 	return m.finish(ctx, s, state)
 }
@@ -161,7 +166,7 @@ func (m *Manager) SetTimeout(ctx context.Context, owner, id string, d time.Durat
 // Reap stops every running session past its deadline and returns how many
 // it stopped. The maintainer runs it (see Run); tests call it directly.
 func (m *Manager) Reap(ctx context.Context) (int, error) {
-	live, err := m.opts.Store.ListSessions(ctx, mcpbox.SessionFilter{States: []mcpbox.SessionState{mcpbox.SessionRunning}})
+	live, err := m.opts.Store.ListSessions(ctx, mcpbox.SessionFilter{States: []mcpbox.SessionState{mcpbox.SessionRunning, mcpbox.SessionPaused}})
 	if err != nil {
 		return 0, err
 	}
@@ -169,7 +174,8 @@ func (m *Manager) Reap(ctx context.Context) (int, error) {
 	n := 0
 	var errs []error
 	for _, s := range live {
-		if d := s.Deadline(); !d.IsZero() && !now.Before(d) {
+		// A paused session's deadlines stand still (see Pause).
+		if d := s.Deadline(); (s.State == mcpbox.SessionRunning && !d.IsZero() && !now.Before(d)) || m.pausedTooLong(s, now) {
 			if err := m.end(ctx, s, mcpbox.SessionExpired); err != nil {
 				errs = append(errs, err)
 				continue
@@ -216,7 +222,7 @@ func (m *Manager) publish(t mcpbox.EventType, s *mcpbox.Session) {
 // returns how many it stopped. Sessions another live mcpbox process on the
 // same store looks after are its own to keep.
 func (m *Manager) StopAll(ctx context.Context) (int, error) {
-	all, err := m.opts.Store.ListSessions(ctx, mcpbox.SessionFilter{States: []mcpbox.SessionState{mcpbox.SessionRunning}})
+	all, err := m.opts.Store.ListSessions(ctx, mcpbox.SessionFilter{States: []mcpbox.SessionState{mcpbox.SessionRunning, mcpbox.SessionPaused}})
 	if err != nil {
 		return 0, err
 	}
@@ -267,6 +273,7 @@ func notRunning(s *mcpbox.Session) *mcpbox.Error {
 		mcpbox.SessionExpired:  "has expired (its TTL or idle timeout passed)",
 		mcpbox.SessionStopping: "is stopping",
 		mcpbox.SessionCreating: "is still being created",
+		mcpbox.SessionPaused:   "is paused (resume it with E2B's Sandbox.connect)",
 	}[s.State]
 	if state == "" {
 		state = "is " + string(s.State)

@@ -120,6 +120,14 @@ func (m *Manager) recoverOne(ctx context.Context, s *mcpbox.Session, sb *mcpbox.
 		}
 		rep.Ended = append(rep.Ended, s.ID)
 		return m.end(ctx, s, mcpbox.SessionStopped)
+	case mcpbox.SessionPaused:
+		// Frozen, so its agent cannot answer: the runtime's word is all.
+		if sb != nil && sb.Alive {
+			rep.Adopted = append(rep.Adopted, s.ID)
+			return nil
+		}
+		rep.Ended = append(rep.Ended, s.ID)
+		return m.end(ctx, s, mcpbox.SessionStopped)
 	case mcpbox.SessionStopping:
 		rep.Ended = append(rep.Ended, s.ID)
 		return m.finish(ctx, s, mcpbox.SessionStopped)

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpbox/mcpbox"
+	"github.com/mcpbox/mcpbox/adapter/e2b"
 	"github.com/mcpbox/mcpbox/adapter/httpserver"
 	"github.com/mcpbox/mcpbox/adapter/mcpserver"
 	"github.com/mcpbox/mcpbox/internal/config"
@@ -191,11 +192,22 @@ func (m *Main) serve(ctx context.Context, c config.Config) error {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
 	srv, ln := h.Server(), h.Listener(ln)
+	// E2B's API on the same listener: its data plane is chosen by header
+	// (or host) before any other route.
+	secret, err := e2b.LoadSecret(filepath.Join(s.rt.Home(), "e2b-token.key"))
+	if err != nil {
+		return err
+	}
+	e2bh, err := e2b.New(e2b.Options{Manager: s.mgr, Keys: s.st, Secret: secret, Logger: log})
+	if err != nil {
+		return err
+	}
+	srv.Handler = e2bh.Wrap(srv.Handler)
 	auth := "no API keys: every caller is the local owner"
 	if live > 0 {
 		auth = fmt.Sprintf("%d API keys", live)
 	}
-	fmt.Fprintf(m.Stderr, "mcpbox %s serving MCP on http://%s/mcp and /sse (runtime: %s, home: %s, %s)\n",
+	fmt.Fprintf(m.Stderr, "mcpbox %s serving MCP on http://%s/mcp and /sse, and the E2B API on http://%[2]s (runtime: %s, home: %s, %s)\n",
 		mcpbox.Version, ln.Addr(), runtimeName(s.rt), s.rt.Home(), auth)
 	if rep := s.report; rep != nil {
 		fmt.Fprintf(m.Stderr, "mcpbox: %d sessions re-adopted, %d ended, %d orphans cleaned\n", len(rep.Adopted), len(rep.Ended), len(rep.Orphans))
