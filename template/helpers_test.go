@@ -20,7 +20,9 @@ type entry struct {
 	body string
 }
 
-func dir(name string) entry { return entry{hdr: tar.Header{Name: name, Typeflag: tar.TypeDir, Mode: 0o755}} }
+func dir(name string) entry {
+	return entry{hdr: tar.Header{Name: name, Typeflag: tar.TypeDir, Mode: 0o755}}
+}
 func file(name, body string) entry {
 	return entry{hdr: tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body))}, body: body}
 }
