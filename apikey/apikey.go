@@ -1,27 +1,25 @@
-// Package apikey makes and checks mcpbox API keys. A key is
-// "mcpbox_" followed by 52 base32 characters (256 random bits); the store
-// keeps only its SHA-256.
+// Package apikey makes and checks mcpbox API keys. A key is "e2b_"
+// followed by 64 lowercase hex digits (256 random bits): the shape E2B's
+// keys have, which E2B SDKs before 2.46 check before they send anything,
+// so one key serves MCP and the E2B API alike. The store keeps only its
+// SHA-256; keys of the older "mcpbox_" shape still authenticate.
 package apikey
 
 import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base32"
 	"encoding/hex"
 	"regexp"
-	"strings"
 	"time"
 
 	"github.com/mcpbox/mcpbox"
 )
 
 // Prefix starts every key, so secret scanners and people can tell one.
-const Prefix = "mcpbox_"
+const Prefix = "e2b_"
 
 var ownerRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
-
-var encoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 
 // Generate makes a key for owner. The secret is returned once and never
 // stored; k and hash are what the store keeps.
@@ -31,7 +29,7 @@ func Generate(owner, name string) (secret string, k *mcpbox.APIKey, hash string,
 	}
 	b := make([]byte, 32)
 	rand.Read(b)
-	body := strings.ToLower(encoding.EncodeToString(b))
+	body := hex.EncodeToString(b)
 	secret = Prefix + body
 	k = &mcpbox.APIKey{ID: body[:12], Owner: owner, Name: name, Created: time.Now().UTC()}
 	return secret, k, Hash(secret), nil

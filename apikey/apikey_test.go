@@ -3,6 +3,7 @@ package apikey_test
 import (
 	"context"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -22,7 +23,8 @@ func TestKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(secret, apikey.Prefix) || len(secret) != len(apikey.Prefix)+52 || strings.Contains(hash, secret) {
+	// E2B SDKs before 2.46 refuse a key that does not match this.
+	if !regexp.MustCompile(`^e2b_[0-9a-f]{64}$`).MatchString(secret) || strings.Contains(hash, secret) {
 		t.Fatalf("secret %q, hash %q", secret, hash)
 	}
 	if err := st.PutKey(ctx, k, hash); err != nil {
@@ -32,7 +34,7 @@ func TestKeys(t *testing.T) {
 	if err != nil || got.Owner != "team-a" || got.Name != "ci" {
 		t.Fatalf("Authenticate = %+v, %v", got, err)
 	}
-	for _, bad := range []string{"", secret + "x", apikey.Prefix + strings.Repeat("a", 52)} {
+	for _, bad := range []string{"", secret + "x", apikey.Prefix + strings.Repeat("a", 64)} {
 		if _, err := apikey.Authenticate(ctx, st, bad); mcpbox.ErrorCode(err) != mcpbox.EUNAUTH {
 			t.Errorf("Authenticate(%q) = %v, want UNAUTHENTICATED", bad, err)
 		}
