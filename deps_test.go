@@ -26,6 +26,16 @@ var layering = []struct{ pkg, imports string }{
 	{mod + "/adapter", mod + "/gen"},
 	{mod + "/adapter", mod + "/agent"},
 	{mod + "/adapter", mod + "/internal/linux"},
+	// Hosted MCP servers sit beside the adapters, above the manager: they
+	// reach sandboxes only through its door, and adapters may use them.
+	{mod + "/hosted", mod + "/runtime"},
+	{mod + "/hosted", mod + "/store"},
+	{mod + "/hosted", mod + "/agentclient"},
+	{mod + "/hosted", mod + "/gen"},
+	{mod + "/hosted", mod + "/agent"},
+	{mod + "/hosted", mod + "/internal/linux"},
+	{mod + "/hosted", mod + "/adapter"},
+	{mod + "/manager", mod + "/hosted"},
 	// The manager knows runtimes only through mcpbox.Runtime.
 	{mod + "/manager", mod + "/runtime"},
 	{mod + "/manager", mod + "/store/sqlite"},

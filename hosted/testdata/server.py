@@ -1,0 +1,101 @@
+# A stdio MCP server written with the standard library only, whose
+# behaviour the tests control: what env it received, crashing on demand,
+# a slow start, a tool list that changes, progress and cancellation.
+import json, os, sys, threading, time
+
+out_lock = threading.Lock()
+tools = [
+    {"name": "env", "description": "the value of an environment variable", "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}}},
+    {"name": "crash", "description": "exit at once, with a word on stderr", "inputSchema": {"type": "object"}},
+    {"name": "count", "description": "a counter kept between calls", "inputSchema": {"type": "object"}},
+    {"name": "echo", "description": "the arguments it got", "inputSchema": {"type": "object"}},
+    {"name": "slow", "description": "steps with progress, until done or cancelled", "inputSchema": {"type": "object", "properties": {"steps": {"type": "integer"}}}},
+    {"name": "cancelled", "description": "the request ids cancelled so far", "inputSchema": {"type": "object"}},
+    {"name": "add_tool", "description": "add a tool and say the list changed", "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}}},
+    {"name": "installs", "description": "how many times the install command ran in this sandbox", "inputSchema": {"type": "object"}},
+]
+counter = 0
+cancelled = set()
+
+def send(msg):
+    with out_lock:
+        sys.stdout.write(json.dumps(msg) + "\n")
+        sys.stdout.flush()
+
+def text(s, is_error=False):
+    return {"content": [{"type": "text", "text": str(s)}], "isError": is_error}
+
+def slow(req):
+    args = req["params"].get("arguments") or {}
+    token = (req["params"].get("_meta") or {}).get("progressToken")
+    steps = int(args.get("steps", 5))
+    for i in range(1, steps + 1):
+        if req["id"] in cancelled:
+            return  # cancelled: no answer, as the spec says
+        if token is not None:
+            send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": token, "progress": i, "total": steps, "message": "step %d" % i}})
+        time.sleep(0.05)
+    send({"jsonrpc": "2.0", "id": req["id"], "result": text("done %d" % steps)})
+
+def call(req):
+    global counter
+    name = req["params"]["name"]
+    args = req["params"].get("arguments") or {}
+    if name == "env":
+        return text(os.environ.get(args.get("name", ""), "<unset>"))
+    if name == "crash":
+        sys.stderr.write("dying on purpose\n")
+        sys.stderr.flush()
+        os._exit(3)
+    if name == "count":
+        counter += 1
+        return text(counter)
+    if name == "echo":
+        return {"content": [{"type": "text", "text": json.dumps(args, sort_keys=True)}], "structuredContent": args}
+    if name == "cancelled":
+        return text(json.dumps(sorted(str(c) for c in cancelled)))
+    if name == "add_tool":
+        tools.append({"name": args["name"], "description": "added", "inputSchema": {"type": "object"}})
+        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        return text("added")
+    if name == "installs":
+        try:
+            with open("installs") as f:
+                return text(len(f.read().splitlines()))
+        except OSError:
+            return text(0)
+    return text("unknown tool " + name, True)
+
+def main():
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        req = json.loads(line)
+        method = req.get("method")
+        if method == "initialize":
+            time.sleep(float(os.environ.get("SLOW_START", "0")))
+            send({"jsonrpc": "2.0", "id": req["id"], "result": {
+                "protocolVersion": req["params"]["protocolVersion"],
+                "capabilities": {"tools": {"listChanged": True}},
+                "serverInfo": {"name": "pytest-server", "version": "1"}}})
+        elif method == "tools/list":
+            # Two tools a page, to make the client follow cursors.
+            start = int((req.get("params") or {}).get("cursor") or 0)
+            page = {"tools": tools[start:start + 2]}
+            if start + 2 < len(tools):
+                page["nextCursor"] = str(start + 2)
+            send({"jsonrpc": "2.0", "id": req["id"], "result": page})
+        elif method == "tools/call":
+            if req["params"]["name"] == "slow":
+                threading.Thread(target=slow, args=(req,), daemon=True).start()
+            else:
+                send({"jsonrpc": "2.0", "id": req["id"], "result": call(req)})
+        elif method == "notifications/cancelled":
+            cancelled.add(req["params"]["requestId"])
+        elif method == "ping":
+            send({"jsonrpc": "2.0", "id": req["id"], "result": {}})
+        elif "id" in req and method is not None:
+            send({"jsonrpc": "2.0", "id": req["id"], "error": {"code": -32601, "message": "method not found: " + method}})
+
+main()
