@@ -271,7 +271,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		case s.sem <- struct{}{}:
 		default:
 			s.refused("(connection limit)", fmt.Sprintf("too many connections: this session may hold %d at once", cap(s.sem)))
-			go refuseRaw(c, http.StatusTooManyRequests, fmt.Sprintf("this session already holds %d connections through the egress proxy, its limit; close some and retry", cap(s.sem)))
+			go refuseRaw(c, http.StatusTooManyRequests, fmt.Sprintf("this session already holds %d connections through the egress proxy, its limit; close some and retry", cap(s.sem)), false)
 			continue
 		}
 		select {
@@ -279,7 +279,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		default:
 			<-s.sem
 			s.refused("(connection limit)", "the egress proxy is at its limit for all sessions")
-			go refuseRaw(c, http.StatusServiceUnavailable, "the egress proxy holds as many connections as it may for all sessions; retry shortly")
+			go refuseRaw(c, http.StatusServiceUnavailable, "the egress proxy holds as many connections as it may for all sessions; retry shortly", false)
 			continue
 		}
 		s.stats.active.Add(1)
@@ -314,13 +314,20 @@ func (c *trackedConn) CloseWrite() error {
 
 var discardLog = newDiscardLog()
 
-// refuseRaw answers a connection the proxy will not serve, then closes it.
-func refuseRaw(c net.Conn, status int, msg string) {
+// refuseRaw answers a connection the proxy will not serve, then closes
+// it. With drain it first reads what the client still sends, briefly, so
+// that closing a TCP connection with unread bytes does not reset it
+// before the client reads the answer; connections past a limit are not
+// drained, to give their descriptor back at once.
+func refuseRaw(c net.Conn, status int, msg string, drain bool) {
 	c.SetDeadline(time.Now().Add(2 * time.Second))
 	c.Write(responseBytes(status, msg))
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
-		io.Copy(io.Discard, io.LimitReader(c, 64<<10))
+		if drain {
+			c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+			io.Copy(io.Discard, io.LimitReader(c, 64<<10))
+		}
 	}
 	c.Close()
 }
@@ -391,7 +398,7 @@ func (s *session) refuse(w http.ResponseWriter, ref *refusal) {
 		return
 	}
 	brw.Flush()
-	refuseRaw(c, ref.status, ref.reason)
+	refuseRaw(c, ref.status, ref.reason, true)
 }
 
 func (s *session) refused(host, reason string) {

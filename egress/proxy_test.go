@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -418,6 +420,12 @@ func TestConnectionLimit(t *testing.T) {
 	}()
 	for range n {
 		c, err := net.Dial("unix", greedy)
+		for try := 0; err != nil && errors.Is(err, syscall.EAGAIN) && try < 1000; try++ {
+			// The listen backlog is full: the proxy accepts (and
+			// refuses) as fast as it can; a client waits its turn.
+			time.Sleep(time.Millisecond)
+			c, err = net.Dial("unix", greedy)
+		}
 		if err != nil {
 			t.Fatalf("dial %d: %v", len(conns), err)
 		}
