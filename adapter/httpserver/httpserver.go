@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -177,15 +176,16 @@ func ownerOf(r *http.Request) string {
 
 // authenticate resolves the caller's key to its owner. A key goes in
 // Authorization: Bearer or X-API-Key. With no live key in the store,
-// callers are the local owner.
+// callers are the local owner. Every refusal, a missing key or a bad one,
+// is a 401 with the same JSON body (mcpserver.ToolError's shape), so a
+// client reads one kind of answer.
 func (h *Handler) authenticate(next http.Handler) http.Handler {
-	verify := func(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
-		k, err := apikey.Authenticate(ctx, h.opts.Keys, token)
-		if err != nil {
-			if mcpbox.ErrorCode(err) == mcpbox.EUNAUTH {
-				return nil, errors.Join(auth.ErrInvalidToken, errors.New("the API key is unknown or revoked"))
-			}
-			return nil, err
+	// The key was checked before bearer runs (see below); verify only
+	// hands bearer the owner found, so the SDK's TokenInfo carries it.
+	verify := func(ctx context.Context, _ string, r *http.Request) (*auth.TokenInfo, error) {
+		k, _ := r.Context().Value(keyCtx{}).(*mcpbox.APIKey)
+		if k == nil {
+			return nil, auth.ErrInvalidToken
 		}
 		return &auth.TokenInfo{UserID: k.Owner}, nil
 	}
@@ -198,19 +198,48 @@ func (h *Handler) authenticate(next http.Handler) http.Handler {
 		if k := r.Header.Get("X-API-Key"); k != "" && r.Header.Get("Authorization") == "" {
 			r.Header.Set("Authorization", "Bearer "+k)
 		}
-		if r.Header.Get("Authorization") == "" {
+		authz := r.Header.Get("Authorization")
+		if authz == "" {
 			if !h.keysConfigured(r.Context()) {
 				next.ServeHTTP(w, r)
 				return
 			}
-			w.Header().Set("WWW-Authenticate", `Bearer realm="mcpbox"`)
-			writeJSON(w, http.StatusUnauthorized, map[string]any{"error_code": mcpbox.EUNAUTH,
-				"message": "this server requires an API key", "recovery_suggestions": []string{
-					"send it as Authorization: Bearer <key> or X-API-Key: <key>; an operator creates one with `mcpbox key create --owner NAME`"}})
+			unauthorized(w, "this server requires an API key, and the request carries none",
+				"send it as Authorization: Bearer <key> or X-API-Key: <key>; an operator creates one with `mcpbox key create --owner NAME`")
 			return
 		}
-		bearer.ServeHTTP(w, r)
+		scheme, token, _ := strings.Cut(strings.TrimSpace(authz), " ")
+		token = strings.TrimSpace(token)
+		if !strings.EqualFold(scheme, "Bearer") || token == "" {
+			unauthorized(w, "the Authorization header must be \"Bearer <key>\"",
+				"send the key as Authorization: Bearer <key> or X-API-Key: <key>")
+			return
+		}
+		k, err := apikey.Authenticate(r.Context(), h.opts.Keys, token)
+		if err != nil {
+			if mcpbox.ErrorCode(err) != mcpbox.EUNAUTH {
+				h.log.Error("authenticate", "err", err)
+				writeJSON(w, http.StatusServiceUnavailable, mcpserver.ToolError{ErrorCode: mcpbox.EUNAVAILABLE, Category: "server", Severity: "error",
+					Message: "the server could not check the API key", RecoverySuggestions: []string{"retry in a moment"}, Context: map[string]any{}})
+				return
+			}
+			unauthorized(w, "the API key was refused: it is unknown or has been revoked",
+				"ask an operator for a live key (`mcpbox key list` shows which exist; `mcpbox key create --owner NAME` makes one)")
+			return
+		}
+		r.Header.Set("Authorization", "Bearer "+token)
+		bearer.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), keyCtx{}, k)))
 	})
+}
+
+// keyCtx carries the key authenticate found to bearer's verify.
+type keyCtx struct{}
+
+// unauthorized answers 401 with the body every refusal has.
+func unauthorized(w http.ResponseWriter, message, suggestion string) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="mcpbox"`)
+	writeJSON(w, http.StatusUnauthorized, mcpserver.ToolError{ErrorCode: mcpbox.EUNAUTH, Category: "auth", Severity: "error",
+		Message: message, RecoverySuggestions: []string{suggestion}, Context: map[string]any{}})
 }
 
 // hasKey reports whether r carries a live key, in either header.

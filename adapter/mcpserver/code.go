@@ -63,6 +63,9 @@ type executeCodeOut struct {
 	ExecutionCount int          `json:"execution_count,omitempty"`
 	DurationMS     float64      `json:"duration_ms"`
 	Truncated      bool         `json:"truncated"`
+	// OmittedBytes counts the stdout and stderr bytes this result leaves
+	// out (past maxReply each).
+	OmittedBytes int64 `json:"omitted_bytes,omitempty"`
 }
 
 var imageTypes = map[string]string{"png": "image/png", "jpeg": "image/jpeg", "svg": "image/svg+xml"}
@@ -93,6 +96,11 @@ func runCode(ctx context.Context, c *call, in *executeCodeIn) (*executeCodeOut, 
 	if err != nil {
 		return nil, err
 	}
+	if len(in.Event) > 0 && lang == mcpbox.Shell {
+		return nil, mcpbox.Errorf(mcpbox.EINVALID, "event (handler mode) works with language python or javascript, not shell: shell code has no handler to call").
+			With("argument", "event").With("tool", "execute_code").
+			WithSuggestion("define handler(event, context) in Python or JavaScript and call again, or leave event out and pass input through env")
+	}
 	timeout := seconds(in.Timeout, 30)
 	out := &executeCodeOut{Language: string(lang)}
 	id, created, err := c.session(ctx, in.SessionID, manager.CreateRequest{Template: in.Template, Flavor: in.Flavor, Env: in.Env})
@@ -116,6 +124,7 @@ func runCode(ctx context.Context, c *call, in *executeCodeIn) (*executeCodeOut, 
 				b.WriteString(ev.Text)
 			} else {
 				out.Truncated = true
+				out.OmittedBytes += int64(len(ev.Text))
 			}
 			c.output(ctx, ev.Type, ev.Text)
 		case mcpbox.EventResult:
@@ -133,6 +142,7 @@ func runCode(ctx context.Context, c *call, in *executeCodeIn) (*executeCodeOut, 
 	c.finishOutput(ctx)
 	elapsed := time.Since(start)
 	out.DurationMS = float64(elapsed.Microseconds()) / 1000
+	out.OmittedBytes += int64(max(0, stdout.Len()-maxReply) + max(0, stderr.Len()-maxReply))
 	out.Stdout, out.Stderr = clip(stdout.String(), &out.Truncated), clip(stderr.String(), &out.Truncated)
 	if err != nil {
 		return out, err
@@ -237,7 +247,7 @@ func codeText(o *executeCodeOut) string {
 		}
 	}
 	if o.Truncated {
-		b.WriteString("[output truncated]\n")
+		fmt.Fprintf(&b, "%s; %d more bytes were not shown]\n", strings.TrimSuffix(truncatedNote, "]"), o.OmittedBytes)
 	}
 	created := ""
 	if o.SessionCreated {
@@ -262,6 +272,11 @@ func (c *call) session(ctx context.Context, id string, req manager.CreateRequest
 	}
 	return s.ID, true, nil
 }
+
+// truncatedNote ends output that was cut, naming the limit applied here.
+// The sandbox's kernel keeps more (1 MiB a stream) and notes on stderr
+// what it dropped beyond that.
+var truncatedNote = fmt.Sprintf("[output truncated: this result shows the first %d KiB of stdout and of stderr]", maxReply>>10)
 
 // clip keeps the first maxReply bytes of s, without splitting a rune.
 func clip(s string, truncated *bool) string {

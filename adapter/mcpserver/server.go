@@ -303,7 +303,7 @@ func (d *toolDef[In, Out]) add(srv *mcp.Server, s *Server, owner string) {
 	srv.AddTool(t, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		start := time.Now()
 		c := &call{s: s, owner: owner, req: req}
-		res, code, err := d.handle(ctx, c, resolved)
+		res, code, err := d.handle(ctx, c, in, resolved)
 		if s.opts.OnCall != nil {
 			s.opts.OnCall(d.name, code, time.Since(start))
 		}
@@ -311,7 +311,7 @@ func (d *toolDef[In, Out]) add(srv *mcp.Server, s *Server, owner string) {
 	})
 }
 
-func (d *toolDef[In, Out]) handle(ctx context.Context, c *call, resolved *jsonschema.Resolved) (*mcp.CallToolResult, string, error) {
+func (d *toolDef[In, Out]) handle(ctx context.Context, c *call, schema *jsonschema.Schema, resolved *jsonschema.Resolved) (*mcp.CallToolResult, string, error) {
 	args := c.req.Params.Arguments
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage("{}")
@@ -322,6 +322,11 @@ func (d *toolDef[In, Out]) handle(ctx context.Context, c *call, resolved *jsonsc
 		// choice of a value, so it stays a protocol error.
 		return nil, mcpbox.EINVALID, rpcError(jsonrpc.CodeInvalidParams,
 			mcpbox.Errorf(mcpbox.EINVALID, "arguments of %s must be a JSON object", d.name))
+	}
+	// Our own words first: the validator's ("0/1 is less than 1.000000")
+	// tell a model nothing it can act on.
+	if err := checkArgs(d.name, schema, raw); err != nil {
+		return d.failure(nil, err), mcpbox.EINVALID, nil
 	}
 	if err := resolved.ApplyDefaults(&raw); err != nil {
 		return nil, mcpbox.EINTERNAL, rpcError(jsonrpc.CodeInternalError, err)

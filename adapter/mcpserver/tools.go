@@ -199,7 +199,7 @@ type createSessionIn struct {
 	Template string            `json:"template,omitempty" jsonschema:"Sandbox template; only default exists."`
 	Flavor   string            `json:"flavor,omitempty" jsonschema:"small (1 CPU, 1 GiB; the default), medium (2 CPU, 2 GiB), large (4 CPU, 4 GiB) or a flavor the server defines."`
 	Env      map[string]string `json:"env,omitempty" jsonschema:"Environment variables every execution in the session sees."`
-	TTL      float64           `json:"ttl,omitempty" jsonschema:"Seconds the session may live at most; the server's default when left out."`
+	TTL      durationArg       `json:"ttl,omitempty" jsonschema:"How long the session may live at most: seconds (7200) or a duration (\"2h\", \"90m\"); the server's default when left out. A session unused for the server's idle timeout ends sooner."`
 }
 
 // sessionInfo is what a caller learns of one of its sessions.
@@ -212,6 +212,11 @@ type sessionInfo struct {
 	LastUsed  string   `json:"last_used"`
 	ExpiresAt string   `json:"expires_at"`
 	Languages []string `json:"languages"`
+
+	// EndsAt is the session's hard end (its ttl); ExpiresAt is the
+	// sooner of that and its idle deadline.
+	EndsAt      string  `json:"ends_at,omitempty"`
+	IdleTimeout float64 `json:"idle_timeout_seconds,omitempty"`
 }
 
 func info(s *mcpbox.Session, langs []string) sessionInfo {
@@ -222,9 +227,13 @@ func info(s *mcpbox.Session, langs []string) sessionInfo {
 	if langs == nil {
 		langs = []string{}
 	}
-	return sessionInfo{SessionID: s.ID, State: string(s.State), Flavor: s.Flavor.Name, Template: t,
+	i := sessionInfo{SessionID: s.ID, State: string(s.State), Flavor: s.Flavor.Name, Template: t,
 		Created: s.Created.Format(time.RFC3339), LastUsed: s.LastUsed.Format(time.RFC3339),
-		ExpiresAt: s.Deadline().Format(time.RFC3339), Languages: langs}
+		ExpiresAt: s.Deadline().Format(time.RFC3339), IdleTimeout: s.IdleTimeout.Seconds(), Languages: langs}
+	if !s.ExpiresAt.IsZero() {
+		i.EndsAt = s.ExpiresAt.Format(time.RFC3339)
+	}
+	return i
 }
 
 func createSession() registrar {
@@ -233,20 +242,22 @@ func createSession() registrar {
 		title:       "Create a session",
 		description: `Start a new sandbox session and return its session_id. You rarely need this: execute_code and execute_command start a session when called without session_id. Use it to pick a larger flavor, set environment variables for every call, or choose how long the session lives.`,
 		schema: func(s *jsonschema.Schema) {
-			s.Properties["ttl"].Minimum = ptr(1.0)
+			durationSchema(s, "ttl")
 		},
 		required: []string{"session_id", "state"},
 		run: func(ctx context.Context, c *call, in *createSessionIn) (*sessionInfo, error) {
-			s, err := c.s.opts.Manager.Create(ctx, c.owner, manager.CreateRequest{Template: in.Template, Flavor: in.Flavor, Env: in.Env, TTL: seconds(in.TTL, 0)})
+			ttl, err := in.TTL.duration("create_session", "ttl")
+			if err != nil {
+				return nil, err
+			}
+			s, err := c.s.opts.Manager.Create(ctx, c.owner, manager.CreateRequest{Template: in.Template, Flavor: in.Flavor, Env: in.Env, TTL: ttl})
 			if err != nil {
 				return nil, err
 			}
 			i := info(s, nil)
 			return &i, nil
 		},
-		text: func(o *sessionInfo) string {
-			return fmt.Sprintf("session %s created (%s); it ends if idle, or at %s at the latest", o.SessionID, o.Flavor, o.ExpiresAt)
-		},
+		text: sessionCreatedText,
 	}
 }
 
@@ -577,7 +588,7 @@ func writeStreams(b *strings.Builder, stdout, stderr string, truncated bool) {
 		}
 	}
 	if truncated {
-		b.WriteString("[output truncated]\n")
+		b.WriteString(truncatedNote + "\n")
 	}
 }
 
