@@ -35,6 +35,9 @@ type Config struct {
 	Prestart []string `json:"prestart,omitempty"`
 	// Deadline is when the sandbox ends itself; zero means never.
 	Deadline time.Time `json:"deadline,omitzero"`
+	// Egress, when set, relays a loopback port to the host's egress
+	// proxy and points every process's HTTP(S)_PROXY at it (egress.go).
+	Egress *EgressConfig `json:"egress,omitempty"`
 }
 
 // ReadConfig reads a Config from a JSON file, refusing unknown keys.
@@ -80,6 +83,17 @@ func Run(ctx context.Context, c *Config, ready func(), lns ...net.Listener) erro
 	}
 	o := c.Options()
 	o.Ready = ready
+	if c.Egress != nil {
+		ectx, cancel := context.WithCancel(ctx)
+		wait, err := startEgress(ectx, c.Egress)
+		if err != nil {
+			cancel()
+			return err
+		}
+		defer wait()
+		defer cancel()
+		o.Env = withProxyEnv(o.Env, c.Egress)
+	}
 	ln := lns[0]
 	if len(lns) > 1 {
 		ln = joinListeners(lns)
