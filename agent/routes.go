@@ -18,6 +18,11 @@ func (a *Agent) handleMcpbox(mux *http.ServeMux) {
 	mux.HandleFunc("DELETE /mcpbox/v1/processes/{tag}", a.forgetProcess)
 	mux.HandleFunc("GET /mcpbox/v1/deadline", a.getDeadline)
 	mux.HandleFunc("PUT /mcpbox/v1/deadline", a.putDeadline)
+	// envd's GET /envs: the environment every process starts with. E2B's
+	// code interpreter reads the sandbox's env vars from it.
+	mux.HandleFunc("GET /envs", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, a.proc.Env())
+	})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

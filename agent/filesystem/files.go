@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"mime/multipart"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -237,8 +238,14 @@ func (s *Service) uploadMultipart(r *http.Request, path string) ([]uploaded, err
 			continue
 		}
 		dest := path
-		if dest == "" || strings.HasSuffix(dest, "/") || s.isDir(dest) {
-			name := filepath.Base(part.FileName())
+		raw := rawFileName(part)
+		switch {
+		case dest == "" && raw != "" && !strings.HasSuffix(raw, "/"):
+			// envd's multi-file write: each part's file name is its
+			// whole destination, absolute or relative to the home.
+			dest = raw
+		case dest == "" || strings.HasSuffix(dest, "/") || s.isDir(dest):
+			name := filepath.Base(raw)
 			if name == "." || name == "/" || name == "" {
 				return out, &uploadError{http.StatusBadRequest, "a multipart file without a file name needs a path"}
 			}
@@ -257,6 +264,17 @@ func (s *Service) uploadMultipart(r *http.Request, path string) ([]uploaded, err
 		return nil, &uploadError{http.StatusBadRequest, `no multipart field named "file"`}
 	}
 	return out, nil
+}
+
+// rawFileName is a part's file name as sent, directories included:
+// Part.FileName keeps only the last element, and E2B's SDKs send the
+// whole destination path there.
+func rawFileName(part *multipart.Part) string {
+	_, params, err := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+	if err != nil {
+		return part.FileName()
+	}
+	return params["filename"]
 }
 
 func (s *Service) isDir(path string) bool {

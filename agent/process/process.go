@@ -128,6 +128,15 @@ func New(opts *Options) *Service {
 	return s
 }
 
+// Env returns a copy of the base environment of every process.
+func (s *Service) Env() map[string]string {
+	env := make(map[string]string, len(s.opts.Env))
+	for k, v := range s.opts.Env {
+		env[k] = v
+	}
+	return env
+}
+
 // Close kills the process group of every running process and forgets
 // the records of finished ones.
 func (s *Service) Close() {
@@ -143,7 +152,11 @@ func (s *Service) Close() {
 
 // Start starts a process and streams its events until it ends.
 func (s *Service) Start(ctx context.Context, req *connect.Request[processpb.StartRequest], stream *connect.ServerStream[processpb.StartResponse]) error {
-	p, sub, err := s.start(req.Msg)
+	u, err := userOf(req.Header().Get("Authorization"))
+	if err != nil {
+		return err
+	}
+	p, sub, err := s.start(req.Msg, u)
 	if err != nil {
 		return err
 	}
@@ -221,7 +234,7 @@ func (s *Service) follow(ctx context.Context, keepalive string, p *proc, sub *su
 
 // start validates req, starts the process and subscribes the caller before
 // any output can be produced.
-func (s *Service) start(req *processpb.StartRequest) (*proc, *subscriber, error) {
+func (s *Service) start(req *processpb.StartRequest, u user) (*proc, *subscriber, error) {
 	cfg := req.GetProcess()
 	if req.Pty != nil {
 		return nil, nil, connect.NewError(connect.CodeUnimplemented, errors.New("PTY is not supported yet: start the process without pty"))
@@ -232,6 +245,9 @@ func (s *Service) start(req *processpb.StartRequest) (*proc, *subscriber, error)
 	env := make(map[string]string, len(s.opts.Env)+len(cfg.GetEnvs()))
 	for k, v := range s.opts.Env {
 		env[k] = v
+	}
+	if u.root {
+		env["HOME"], env["USER"], env["LOGNAME"] = "/root", "root", "root"
 	}
 	for k, v := range cfg.GetEnvs() {
 		env[k] = v
@@ -253,7 +269,7 @@ func (s *Service) start(req *processpb.StartRequest) (*proc, *subscriber, error)
 	if tag != "" && s.tags[tag] != nil {
 		return nil, nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("a running process already has tag %q", tag))
 	}
-	p, err := s.spawn(path, cfg, env, cwd, req.GetStdin())
+	p, err := s.spawn(path, cfg, env, cwd, req.GetStdin(), u)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -274,7 +290,7 @@ func (s *Service) start(req *processpb.StartRequest) (*proc, *subscriber, error)
 }
 
 // spawn forks the process with its pipes.
-func (s *Service) spawn(path string, cfg *processpb.ProcessConfig, env map[string]string, cwd string, withStdin bool) (*proc, error) {
+func (s *Service) spawn(path string, cfg *processpb.ProcessConfig, env map[string]string, cwd string, withStdin bool, u user) (*proc, error) {
 	var files [3]*os.File
 	var parentEnds []*os.File
 	closeAll := func(fs []*os.File) {
@@ -309,8 +325,12 @@ func (s *Service) spawn(path string, cfg *processpb.ProcessConfig, env map[strin
 		parentEnds = append(parentEnds, r)
 	}
 	sys := &syscall.SysProcAttr{Setpgid: true}
-	if s.opts.Uid != uint32(os.Geteuid()) || s.opts.Gid != uint32(os.Getegid()) {
-		sys.Credential = &syscall.Credential{Uid: s.opts.Uid, Gid: s.opts.Gid, Groups: []uint32{}}
+	uid, gid := s.opts.Uid, s.opts.Gid
+	if u.root {
+		uid, gid = 0, 0
+	}
+	if uid != uint32(os.Geteuid()) || gid != uint32(os.Getegid()) {
+		sys.Credential = &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}
 	}
 	envList := make([]string, 0, len(env))
 	for k, v := range env {
@@ -369,6 +389,11 @@ func (s *Service) watch(p *proc) {
 	} else if ws.Signaled() {
 		end.ExitCode = -1
 		end.Status = "signal: " + ws.Signal().String()
+	}
+	if !ws.Exited() || ws.ExitStatus() != 0 {
+		// As envd: the exec error's text, which E2B's SDKs show as the
+		// CommandExitError's message.
+		end.Error = &end.Status
 	}
 	if p.rec != nil {
 		p.rec.end(int(end.ExitCode), end.Exited, end.Status)

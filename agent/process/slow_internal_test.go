@@ -26,7 +26,7 @@ func TestSlowSubscriberGetsEverything(t *testing.T) {
 	t.Cleanup(s.Close)
 	const lines = 200 // far more output events than a subscriber buffers
 	script := fmt.Sprintf("i=0; while [ $i -lt %d ]; do i=$((i+1)); echo $i; sleep 0.002; done", lines)
-	p, sub, err := s.start(&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "sh", Args: []string{"-c", script}}})
+	p, sub, err := s.start(&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "sh", Args: []string{"-c", script}}}, user{})
 	if err != nil {
 		t.Fatal(err)
 	}

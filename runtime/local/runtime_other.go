@@ -35,3 +35,9 @@ func (*Runtime) List(context.Context) ([]*mcpbox.Sandbox, error) { return nil, u
 
 // InitMain is never reached on this platform.
 func InitMain() { panic(unsupported()) }
+
+// Pause is unsupported on this platform.
+func (*Runtime) Pause(context.Context, string) error { return unsupported() }
+
+// Resume is unsupported on this platform.
+func (*Runtime) Resume(context.Context, string) error { return unsupported() }

@@ -183,6 +183,9 @@ async function main() {
   const rl = readline.createInterface({ input, crlfDelay: Infinity });
   for await (const line of rl) {
     const req = JSON.parse(line);
+    // A call's env vars hold for that call only (the code interpreter's
+    // env_vars); what they hid comes back after.
+    const saved = Object.keys(req.env || {}).map((k) => [k, process.env[k]]);
     for (const [k, v] of Object.entries(req.env || {})) process.env[k] = v;
     try {
       await runCell(req);
@@ -190,6 +193,10 @@ async function main() {
       const err = e instanceof Error ? e : new Error(String(e));
       send({ type: 'error', name: err.name, value: err.message, traceback: err.stack || String(err) });
     } finally {
+      for (const [k, v] of saved) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
       interrupt = null;
       fs.writeSync(1, req.marker);
       fs.writeSync(2, req.marker);

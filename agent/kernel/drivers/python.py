@@ -286,6 +286,9 @@ def _main():
         if not line:
             return
         req = _loads(line)
+        # A call's env vars hold for that call only (the code
+        # interpreter's env_vars); what they hid comes back after.
+        saved = {k: os.environ.get(k) for k in (req.get("env") or {})}
         for k, v in (req.get("env") or {}).items():
             os.environ[k] = v
         try:
@@ -295,6 +298,11 @@ def _main():
         except BaseException as exc:  # KeyboardInterrupt too
             _error(exc)
         finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
             _rearm()
             sys.stdout.flush()
             os.write(1, req["marker"].encode())
