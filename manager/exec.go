@@ -306,6 +306,9 @@ func (m *Manager) ExecuteCode(ctx context.Context, owner, id string, req CodeReq
 		req.Language = string(lang)
 	}
 	s, c, err := m.conn(ctx, owner, id)
+	if err == nil {
+		err = m.checkLanguage(ctx, s, req.Language)
+	}
 	if err != nil {
 		return err
 	}

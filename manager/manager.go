@@ -44,6 +44,9 @@ import (
 type Options struct {
 	Runtime mcpbox.Runtime
 	Store   mcpbox.Store
+	// Templates resolves template names; nil: only the host template
+	// exists (see template.go).
+	Templates mcpbox.TemplateCatalog
 	// MaxSessions caps live sandboxes in total (pools included), across
 	// every process sharing Store; default 100.
 	MaxSessions int
@@ -282,13 +285,8 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 	if err != nil {
 		return nil, err
 	}
-	// Only the host template exists so far; naming it is allowed.
-	if req.Template == "default" || req.Template == "base" {
-		req.Template = ""
-	}
-	if req.Template != "" {
-		return nil, mcpbox.Errorf(mcpbox.EINVALID, "unknown template %q", req.Template).
-			WithSuggestion("leave template out, or use \"default\"")
+	if req.Template, _, err = m.resolveTemplate(ctx, req.Template); err != nil {
+		return nil, err
 	}
 	if req.Network != nil {
 		return nil, mcpbox.Errorf(mcpbox.EUNSUPPORTED, "network access is not available yet: sandboxes have no network").

@@ -22,6 +22,7 @@ type pool struct {
 	spec   PoolSpec
 	flavor mcpbox.Flavor
 	wake   chan struct{}
+	python bool // its template has Python: its sandboxes start it warm
 }
 
 func poolKey(template, flavor string) string { return template + "\x00" + flavor }
@@ -35,7 +36,11 @@ func (m *Manager) addPool(spec PoolSpec) error {
 		return err
 	}
 	spec.Flavor = fl.Name
-	m.pools[poolKey(spec.Template, spec.Flavor)] = &pool{spec: spec, flavor: fl, wake: make(chan struct{}, 1)}
+	python, ok := m.poolTemplate(&spec)
+	if !ok {
+		return nil
+	}
+	m.pools[poolKey(spec.Template, spec.Flavor)] = &pool{spec: spec, flavor: fl, wake: make(chan struct{}, 1), python: python}
 	return nil
 }
 
@@ -137,7 +142,7 @@ func (m *Manager) fillOne(ctx context.Context, p *pool) error {
 	}
 	sb, err := m.opts.Runtime.Create(ctx, mcpbox.SandboxSpec{ID: rec.ID, Flavor: p.flavor, Template: p.spec.Template,
 		Volumes: m.volumes, Prestart: prestart})
-	if err == nil {
+	if err == nil && p.python {
 		// A warm sandbox has its default Python context running.
 		tr := m.newConn(rec.ID).transport
 		err = m.opts.WarmKernel(ctx, tr)

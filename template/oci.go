@@ -359,9 +359,23 @@ func (s *Store) lookup(layers []string, rel string) bool {
 			if fi, err := os.Lstat(p); err == nil {
 				return !isWhiteout(p, fi)
 			}
+			if opaqueAbove(root, rel) {
+				return false
+			}
 		}
 		if !redirected {
 			return false
+		}
+	}
+	return false
+}
+
+// opaqueAbove reports whether a directory on the way to rel in the
+// layer at root is opaque: the layers below have nothing there.
+func opaqueAbove(root, rel string) bool {
+	for d := path.Dir(rel); d != "." && d != "/"; d = path.Dir(d) {
+		if opaque(filepath.Join(root, d)) {
+			return true
 		}
 	}
 	return false

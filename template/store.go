@@ -243,6 +243,10 @@ func (s *Store) wantBase() int {
 // runtime's user namespaces.
 func (s *Store) Check(t *mcpbox.Template) error {
 	for _, d := range t.Layers {
+		if !strings.HasPrefix(d, "sha256:") || !validHex(d[len("sha256:"):]) {
+			return mcpbox.Errorf(mcpbox.EUNAVAILABLE, "template %s: its record names an invalid layer %q", t.Name, d).
+				WithSuggestion("remove the template with `mcpbox template rm " + t.Name + "` and make it again")
+		}
 		info, err := s.layerInfo(d)
 		if err == nil {
 			var fi os.FileInfo

@@ -53,7 +53,10 @@ const (
 	fdConfig   = 4
 	fdReady    = 5
 	fdKernels  = 6 // absent unless initConfig.KernelsFD
-	fdLast     = fdKernels
+	// fd 6 or 7 (after the kernels, when they are there): a template's
+	// layer store, initConfig.LayersFD.
+	// Then the egress directory, initConfig.EgressFD: at most fd 8.
+	fdLast = 8
 )
 
 // initConfig is what the host sends the sandbox's PID 1 on fd 4.
@@ -72,6 +75,23 @@ type initConfig struct {
 	// could not copy it (rootless: no open_tree without privilege; this
 	// process then runs as the home's owner and may walk to it).
 	KernelsDir string `json:"kernels_dir,omitempty"`
+	// Template names the sandbox's template; "" is the host's. Layers
+	// are its layers' directories in the layer store, top first; the
+	// store is a detached read-only copy at fd LayersFD, or (rootless)
+	// the host directory LayersDir. Workdir is user code's directory
+	// when the template names one.
+	Template  string   `json:"template,omitempty"`
+	Layers    []string `json:"layers,omitempty"`
+	LayersFD  int      `json:"layers_fd,omitempty"`
+	LayersDir string   `json:"layers_dir,omitempty"`
+	Workdir   string   `json:"workdir,omitempty"`
+	// EgressFD is the fd of the egress directory's detached copy, or
+	// (rootless) EgressDir its host path; neither without egress. See
+	// egress_linux.go.
+	EgressFD  int    `json:"egress_fd,omitempty"`
+	EgressDir string `json:"egress_dir,omitempty"`
+
+	egress *agent.EgressConfig // what openEgress made of them
 }
 
 // InitMain runs as PID 1 of a new sandbox: it builds the sandbox, reports
@@ -116,12 +136,16 @@ func InitMain() {
 	if cfg.KernelsFD || cfg.KernelsDir != "" {
 		kernels = sandboxKernels
 	}
+	cwd := Workspace
+	if cfg.Workdir != "" {
+		cwd = cfg.Workdir
+	}
 	// From here on this is `mcpbox agent`, as on any backend.
 	err = agent.Run(context.Background(), &agent.Config{
 		UID:  cfg.UID,
 		GID:  cfg.UID,
 		Home: SandboxHome,
-		Cwd:  Workspace,
+		Cwd:  cwd,
 		Env:  env,
 		// Started before the host's health check: the interpreter boots
 		// while the host finishes creating the sandbox.
@@ -130,6 +154,7 @@ func InitMain() {
 		// Nothing larger than the disk can be stored anyway; saying 413
 		// up front beats a 507 halfway through.
 		MaxFileBytes: cfg.DiskBytes,
+		Egress:       cfg.egress,
 	}, func() {
 		report(map[string]bool{"ok": true})
 		ready.Close()
@@ -180,6 +205,12 @@ func setup() (*initConfig, net.Listener, error) {
 	if opts.Kernels != nil {
 		defer opts.Kernels.Close()
 	}
+	if err := templateOptions(&cfg, &opts); err != nil {
+		return nil, nil, err
+	}
+	if opts.Layers != nil {
+		defer opts.Layers.Close()
+	}
 	for _, v := range cfg.Volumes {
 		opts.Volumes = append(opts.Volumes, rootfs.Volume{Root: v.Root, HostPath: v.HostPath,
 			SandboxPath: v.SandboxPath, ReadOnly: v.ReadOnly})
@@ -195,8 +226,17 @@ func setup() (*initConfig, net.Listener, error) {
 	if err := step("limit kernel objects per user", ucount.Set(userNamespaceLimits)); err != nil {
 		return nil, nil, err
 	}
+	// Before the pivot: rootless, the directory is cloned by its path.
+	if cfg.egress, err = openEgress(&cfg); err != nil {
+		return nil, nil, err
+	}
 	if err := rootfs.Pivot(root); err != nil {
 		return nil, nil, err
+	}
+	if cfg.Template != "" {
+		if err := rootfs.EnsureUser(cfg.UID, SandboxHome); err != nil {
+			return nil, nil, err
+		}
 	}
 	if err := step("sethostname", unix.Sethostname([]byte("sandbox"))); err != nil {
 		return nil, nil, err

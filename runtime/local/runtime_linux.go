@@ -40,7 +40,11 @@ type Runtime struct {
 	// into every sandbox at sandboxKernels; empty when it could not be made.
 	kernels string
 
+	// eg is the egress proxy and the sandboxes this process serves.
+	eg egressState
+
 	oomWarn sync.Once // protectAgent's note, logged once
+	tmpl    templates // the template store, opened on first use
 
 	mu   sync.Mutex
 	live map[string]*child // sandboxes this process started and must reap
@@ -69,6 +73,7 @@ func New(opts *Options) (*Runtime, error) {
 		log:      opts.Logger,
 		live:     map[string]*child{},
 	}
+	r.eg.server = opts.Egress
 	if r.home == "" {
 		r.home = DefaultHome()
 	}
@@ -176,6 +181,8 @@ type state struct {
 	// StartTime is the agent's start time in clock ticks since boot
 	// (/proc/<pid>/stat field 22): a pid alone may have been reused.
 	StartTime uint64 `json:"start_time"`
+	// Template is the template it was made from; "" for the host's.
+	Template string `json:"template,omitempty"`
 }
 
 // Create starts a sandbox and returns once its agent answers /health.
@@ -195,6 +202,9 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 		if err := v.Validate(); err != nil {
 			return nil, err
 		}
+	}
+	if err := r.checkNetwork(spec.Network); err != nil {
+		return nil, err
 	}
 	for k := range spec.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
@@ -261,6 +271,13 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 		return nil, fail("prepare", err)
 	}
 	defer h.close()
+	if err := r.prepareEgress(spec.ID, h); err != nil {
+		return nil, fail("egress", err)
+	}
+	tmpl, err := r.openTemplate(spec.Template, h)
+	if err != nil {
+		return nil, err
+	}
 	cmd, uid := r.command(h)
 	if spec.Ephemeral {
 		// PID 1 dies with this process, and its pid namespace with it:
@@ -303,9 +320,13 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 	if r.rootless {
 		cfg.KernelsDir = r.kernels
 	}
+	r.templateConfig(tmpl, h, &cfg)
 	for _, l := range spec.Prestart {
-		cfg.Prestart = append(cfg.Prestart, string(l))
+		if tmpl == nil || tmpl.Has(l) {
+			cfg.Prestart = append(cfg.Prestart, string(l))
+		}
 	}
+	h.egressConfig(&cfg)
 	if err := json.NewEncoder(h.cfgW).Encode(cfg); err != nil {
 		return nil, fail("send config", err)
 	}
@@ -315,7 +336,7 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 	// Record the sandbox while it sets itself up.
 	stErr := make(chan error, 1)
 	go func() {
-		st := state{Sandbox: *sb, PID: started.pid}
+		st := state{Sandbox: *sb, PID: started.pid, Template: cfg.Template}
 		st.StartTime, _ = procStartTime(started.pid)
 		stErr <- writeJSON(filepath.Join(dir, "sandbox.json"), st)
 	}()
@@ -447,6 +468,7 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 // an earlier one failed; the first error is returned.
 func (r *Runtime) teardown(id string, c *child, cg *cgroup.Group) error {
 	var errs []error
+	r.forgetEgress(id)
 	// The cgroup's processes are killed beside PID 1, not after it: the
 	// kernel tears a pid namespace down one task at a time, and thousands
 	// of forking tasks (a fork bomb) outrun it while it does.

@@ -24,6 +24,11 @@ type handoff struct {
 	ln, cfgR, cfgW, readyR, readyW, log *os.File
 	scratch                             *os.File // O_PATH
 	kernels                             *os.File // detached mount tree; nil without
+	layers                              *os.File // a template's layer store, detached; nil without
+	layersFD                            int      // the fd the child finds layers at
+	egress                              *os.File // the egress directory, detached; nil without
+	egressFD                            int      // the fd the child finds it at
+	egressDir                           string   // rootless: its path, for the child to clone
 }
 
 // openHandoff creates the socket at sockPath and the pipes and log in dir.
@@ -68,7 +73,7 @@ func (r *Runtime) openHandoff(dir, sockPath string) (*handoff, error) {
 
 // closeChildEnds releases what only the child needed, once it started.
 func (h *handoff) closeChildEnds() {
-	for _, f := range []*os.File{h.cfgR, h.readyW, h.kernels} {
+	for _, f := range []*os.File{h.cfgR, h.readyW, h.kernels, h.layers, h.egress} {
 		if f != nil {
 			f.Close()
 		}
@@ -77,7 +82,7 @@ func (h *handoff) closeChildEnds() {
 
 // close releases the host's copies; closing one twice is harmless.
 func (h *handoff) close() {
-	for _, f := range []*os.File{h.ln, h.cfgR, h.cfgW, h.readyR, h.readyW, h.log, h.scratch, h.kernels} {
+	for _, f := range []*os.File{h.ln, h.cfgR, h.cfgW, h.readyR, h.readyW, h.log, h.scratch, h.kernels, h.layers, h.egress} {
 		if f != nil {
 			f.Close()
 		}
@@ -91,6 +96,14 @@ func (r *Runtime) command(h *handoff) (*exec.Cmd, int) {
 	extra := []*os.File{h.ln, h.cfgR, h.readyW} // fds 3, 4, 5: see the package doc
 	if h.kernels != nil {
 		extra = append(extra, h.kernels) // fd 6
+	}
+	if h.layers != nil {
+		extra = append(extra, h.layers) // fd 6 or 7: initConfig.LayersFD
+		h.layersFD = 2 + len(extra)
+	}
+	if h.egress != nil {
+		extra = append(extra, h.egress) // after the others: initConfig.EgressFD
+		h.egressFD = 2 + len(extra)
 	}
 	cmd := &exec.Cmd{
 		Path:       r.exe,

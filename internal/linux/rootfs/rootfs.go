@@ -40,6 +40,20 @@ type Options struct {
 	KernelsAt string
 	// Volumes are host directories bound into the sandbox.
 	Volumes []Volume
+	// Layers, when not nil, is a detached mount tree (mount.Clone) of a
+	// template's layer store: the root is then the overlay of the
+	// skeleton on LayerNames (directories in it, top first) instead of
+	// the host's /usr. See layers_linux.go.
+	Layers     *os.File
+	LayerNames []string
+	// Workdir is made, owned by UID, when not "" (a template's working
+	// directory).
+	Workdir string
+	// KeepDiskFD, when above 2, is where Build leaves a descriptor of the
+	// sandbox's tmpfs open (close-on-exec): the host reads the overlay's
+	// upper directory through /proc/<pid>/fd/<KeepDiskFD>/upper to commit
+	// a session's changes.
+	KeepDiskFD int
 }
 
 // Volume is a host directory bound into the sandbox.

@@ -64,9 +64,18 @@ func Build(o Options) (*os.File, error) {
 	if err := buildLower(lower, o); err != nil {
 		return nil, err
 	}
-	if err := mount.Mount("overlay", root, "overlay", unix.MS_NOSUID|unix.MS_NODEV,
+	if o.Layers != nil {
+		if err := mountLayers(disk, o); err != nil {
+			return nil, err
+		}
+	} else if err := mount.Mount("overlay", root, "overlay", unix.MS_NOSUID|unix.MS_NODEV,
 		fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)); err != nil {
 		return nil, err
+	}
+	if o.KeepDiskFD > 2 {
+		if err := step("keep the disk open", unix.Dup3(int(disk.Fd()), o.KeepDiskFD, unix.O_CLOEXEC)); err != nil {
+			return nil, err
+		}
 	}
 	if err := bindHost(root, o); err != nil {
 		return nil, err
@@ -88,6 +97,9 @@ func Build(o Options) (*os.File, error) {
 // kernel drivers read-only into root.
 func bindHost(root string, o Options) error {
 	for _, d := range usrDirs {
+		if o.Layers != nil {
+			break // a template brings its own
+		}
 		src := "/" + d
 		fi, err := os.Lstat(src)
 		if err != nil || fi.Mode()&os.ModeSymlink != 0 || !fi.IsDir() {
@@ -99,7 +111,7 @@ func bindHost(root string, o Options) error {
 	}
 	for _, e := range etcBinds {
 		src := filepath.Join("/etc", e)
-		if _, err := os.Stat(src); err != nil {
+		if _, err := os.Stat(src); err != nil || o.Layers != nil {
 			continue
 		}
 		if err := mount.BindReadOnly(src, filepath.Join(root, "etc", e)); err != nil {
@@ -139,6 +151,9 @@ func buildLower(lower string, o Options) error {
 		if err := os.Chmod(p, mode); err != nil {
 			return step("chmod "+d, err)
 		}
+	}
+	if o.Layers != nil {
+		return buildTemplateLower(lower, o)
 	}
 	for _, d := range []string{o.Home, o.Workspace} {
 		p := filepath.Join(lower, d)

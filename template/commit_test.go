@@ -1,0 +1,83 @@
+package template
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mcpbox/mcpbox"
+)
+
+// TestCommitAndExport commits an overlay upper directory (as a sandbox
+// leaves it: new files, a whiteout, an opaque directory, a file of the
+// sandbox's user) on top of a template, then exports the result as an OCI
+// layout and imports it into another store: both see the same tree.
+func TestCommitAndExport(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	s := testStore(t, nil)
+	if _, err := s.FromImage(ctx, "basis", imageOf(t, []string{"A=1"},
+		layerOf(t, dir("etc"), file("etc/keep", "k"), file("etc/drop", "d"), dir("opt"), dir("opt/d"), file("opt/d/old", "o"), dir("usr"), dir("usr/bin"), file("usr/bin/python3", "x"))),
+		"test", nil); err != nil {
+		t.Fatal(err)
+	}
+	upper := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(upper, "home/user/.local/lib"), 0o755))
+	must(os.WriteFile(filepath.Join(upper, "home/user/.local/lib/mod.py"), []byte("V = 7\n"), 0o644))
+	must(os.Chown(filepath.Join(upper, "home/user/.local/lib/mod.py"), 101000, 101000))
+	must(os.Link(filepath.Join(upper, "home/user/.local/lib/mod.py"), filepath.Join(upper, "home/user/.local/lib/mod2.py")))
+	must(os.Mkdir(filepath.Join(upper, "etc"), 0o755))
+	must(unix.Mknod(filepath.Join(upper, "etc/drop"), unix.S_IFCHR, 0))
+	must(os.MkdirAll(filepath.Join(upper, "opt/d"), 0o755))
+	must(unix.Setxattr(filepath.Join(upper, "opt/d"), xattrOpaque, []byte("y"), 0))
+	must(os.WriteFile(filepath.Join(upper, "opt/d/new"), []byte("n"), 0o644))
+
+	c, err := s.Commit(ctx, "committed", "basis", upper, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Layers) != 2 || c.Parent != "basis" || c.Env["A"] != "1" || !c.Has(mcpbox.Python) {
+		t.Fatalf("%+v", c)
+	}
+	check := func(t *testing.T, s *Store, layers []string) {
+		for rel, want := range map[string]bool{
+			"etc/keep": true, "etc/drop": false, "opt/d/old": false, "opt/d/new": true,
+			"home/user/.local/lib/mod.py": true, "home/user/.local/lib/mod2.py": true,
+		} {
+			if got := s.lookup(layers, rel); got != want {
+				t.Errorf("%s: present %v, want %v", rel, got, want)
+			}
+		}
+		st := stat(t, filepath.Join(s.LayerDir(layers[len(layers)-1]), "home/user/.local/lib/mod.py"))
+		if st.Uid != 101000 || st.Nlink != 2 {
+			t.Errorf("mod.py: uid %d, links %d", st.Uid, st.Nlink)
+		}
+	}
+	t.Run("commit", func(t *testing.T) { check(t, s, c.Layers) })
+	if _, err := s.Commit(ctx, "x", "default", upper, nil); mcpbox.ErrorCode(err) != mcpbox.EUNSUPPORTED {
+		t.Errorf("commit on the host template: %v", err)
+	}
+
+	out := filepath.Join(t.TempDir(), "oci")
+	if _, err := s.Export(ctx, "committed", out, nil); err != nil {
+		t.Fatal(err)
+	}
+	s2 := testStore(t, nil)
+	back, err := s2.Import(ctx, "back", out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Env["A"] != "1" || back.User != c.User {
+		t.Errorf("config not exported: %+v", back)
+	}
+	t.Run("export round trip", func(t *testing.T) { check(t, s2, back.Layers) })
+}
