@@ -71,6 +71,7 @@ package local
 
 import (
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 )
@@ -104,6 +105,19 @@ type Options struct {
 	CgroupParent string
 	// Logger receives debug logs; nil discards them.
 	Logger *slog.Logger
+	// Egress is the host-side egress proxy sandboxes reach the network
+	// through (egress_linux.go says how); nil leaves them no way out, and
+	// Create refuses a network policy.
+	Egress EgressServer
+}
+
+// EgressServer is the egress proxy as the runtime uses it (egress.Proxy
+// is one): it serves a sandbox's relayed connections on a listener made
+// for that sandbox alone, which is how it knows whose they are.
+type EgressServer interface {
+	Serve(session string, ln net.Listener) error
+	Forget(session string)
+	Serving(session string) bool
 }
 
 // DefaultHome is /var/lib/mcpbox as root and ~/.local/share/mcpbox
