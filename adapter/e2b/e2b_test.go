@@ -478,4 +478,3 @@ func TestLoadSecret(t *testing.T) {
 		t.Errorf("a second load gave %x %v", b, err)
 	}
 }
-
