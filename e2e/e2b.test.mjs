@@ -225,6 +225,15 @@ test("files", async (t) => {
     assert.equal(r.stdout, "user\n");
   });
 
+  await t.test("root owns what it writes as root", async () => {
+    await sbx.files.write("/tmp/rootfile", "r", { user: "root" });
+    assert.equal(await sbx.files.makeDir("/tmp/rootdir", { user: "root" }), true);
+    const r = await sbx.commands.run("stat -c %U /tmp/rootfile /tmp/rootdir");
+    assert.equal(r.stdout, "root\nroot\n");
+    const mine = await sbx.commands.run("touch /tmp/rootdir/x", { timeoutMs: 5000 }).catch((e) => e);
+    assert.ok(mine instanceof CommandExitError, "the default user cannot write into root's directory");
+  });
+
   await t.test("several files in one write", async () => {
     const res = await sbx.files.write([
       { path: "/tmp/multi/one.txt", data: "1" },

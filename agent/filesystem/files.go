@@ -28,8 +28,8 @@ import (
 // is full. A download sends at most the size the file had when opened.
 func (s *Service) FilesHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if u := r.URL.Query().Get("username"); u != "" && u != "user" && u != "root" {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown user %q: use user or root", u))
+		if _, err := s.ownerOf(r.URL.Query().Get("username")); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
 		switch r.Method {
@@ -187,6 +187,7 @@ func (e *uploadError) Error() string { return e.msg }
 
 func (s *Service) upload(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Query().Get("path")
+	o, _ := s.ownerOf(r.URL.Query().Get("username")) // checked by FilesHandler
 	if r.ContentLength > s.opts.MaxFileBytes {
 		writeError(w, http.StatusRequestEntityTooLarge, s.tooLarge(path))
 		return
@@ -195,14 +196,14 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request) {
 	var err error
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if mt == "multipart/form-data" {
-		out, err = s.uploadMultipart(r, path)
+		out, err = s.uploadMultipart(r, path, o)
 	} else {
 		if path == "" {
 			writeError(w, http.StatusBadRequest, "path is required for an octet-stream upload")
 			return
 		}
 		var u *uploaded
-		u, err = s.write(path, r.Body)
+		u, err = s.write(path, r.Body, o)
 		if u != nil {
 			out = append(out, *u)
 		}
@@ -220,7 +221,7 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(out)
 }
 
-func (s *Service) uploadMultipart(r *http.Request, path string) ([]uploaded, error) {
+func (s *Service) uploadMultipart(r *http.Request, path string, o owner) ([]uploaded, error) {
 	mr, err := r.MultipartReader()
 	if err != nil {
 		return nil, &uploadError{http.StatusBadRequest, "bad multipart body: " + err.Error()}
@@ -254,7 +255,7 @@ func (s *Service) uploadMultipart(r *http.Request, path string) ([]uploaded, err
 			}
 			dest = strings.TrimSuffix(dest, "/") + "/" + name
 		}
-		u, err := s.write(dest, part)
+		u, err := s.write(dest, part, o)
 		if err != nil {
 			return out, err
 		}
@@ -292,19 +293,19 @@ func (s *Service) tooLarge(path string) string {
 
 // write stores body at path, creating parents. A file above the limit or
 // one that fills the disk is removed, not left half written.
-func (s *Service) write(path string, body io.Reader) (*uploaded, error) {
+func (s *Service) write(path string, body io.Reader, o owner) (*uploaded, error) {
 	p, clean, err := s.resolve(path)
 	if err != nil {
 		return nil, &uploadError{http.StatusBadRequest, err.Error()}
 	}
-	if err := s.mkdirAll(filepath.Dir(p)); err != nil {
+	if err := s.mkdirAll(filepath.Dir(p), o); err != nil {
 		return nil, &uploadError{statusOf(err), fmt.Sprintf("%s: create parent directories: %v", path, err)}
 	}
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, &uploadError{statusOf(err), fmt.Sprintf("%s: %v", path, err)}
 	}
-	s.chown(p)
+	s.chown(p, o)
 	src := &bodyReader{r: io.LimitReader(body, s.opts.MaxFileBytes+1)}
 	n, err := io.Copy(f, src)
 	if cerr := f.Close(); err == nil {

@@ -15,10 +15,12 @@ package filesystem
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -203,29 +205,62 @@ func (s *Service) name(file string, id uint32) string {
 	return strconv.FormatUint(uint64(id), 10)
 }
 
-// chown gives what the API created to the sandbox user; it fails quietly
-// when the agent may not (tests as an ordinary user).
-func (s *Service) chown(p string) {
+// owner is who owns what a request creates: the sandbox user, or root
+// when the request names it (envd's user: Authorization: Basic "root:" on
+// RPCs, ?username=root on /files).
+type owner struct{ uid, gid int }
+
+// ownerOf returns the owner a request names; an unknown user is an error.
+func (s *Service) ownerOf(name string) (owner, error) {
+	switch name {
+	case "", "user":
+		return owner{s.opts.Uid, s.opts.Gid}, nil
+	case "root":
+		return owner{0, 0}, nil
+	}
+	return owner{}, fmt.Errorf("unknown user %q: use user or root", name)
+}
+
+// rpcOwner reads the owner from an RPC's Authorization header.
+func (s *Service) rpcOwner(h http.Header) (owner, error) {
+	name := ""
+	if b64, ok := strings.CutPrefix(h.Get("Authorization"), "Basic "); ok {
+		raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(b64))
+		if err != nil {
+			return owner{}, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("the Authorization header is not base64: %v", err))
+		}
+		name, _, _ = strings.Cut(string(raw), ":")
+	}
+	o, err := s.ownerOf(name)
+	if err != nil {
+		return owner{}, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	return o, nil
+}
+
+// chown gives what the API created to its owner; it fails quietly when
+// the agent may not (tests as an ordinary user).
+func (s *Service) chown(p string, o owner) {
 	if os.Geteuid() == 0 {
-		os.Lchown(p, s.opts.Uid, s.opts.Gid)
+		os.Lchown(p, o.uid, o.gid)
 	}
 }
 
-// mkdirAll creates p and missing parents, owned by the user.
-func (s *Service) mkdirAll(p string) error {
+// mkdirAll creates p and missing parents, owned by o.
+func (s *Service) mkdirAll(p string, o owner) error {
 	if fi, err := os.Stat(p); err == nil {
 		if !fi.IsDir() {
 			return fmt.Errorf("%s: %w", s.sandboxPath(p), syscall.ENOTDIR)
 		}
 		return nil
 	}
-	if err := s.mkdirAll(filepath.Dir(p)); err != nil {
+	if err := s.mkdirAll(filepath.Dir(p), o); err != nil {
 		return err
 	}
 	if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	s.chown(p)
+	s.chown(p, o)
 	return nil
 }
 
@@ -248,10 +283,14 @@ func (s *Service) MakeDir(_ context.Context, req *connect.Request[filesystempb.M
 	if err != nil {
 		return nil, err
 	}
+	o, err := s.rpcOwner(req.Header())
+	if err != nil {
+		return nil, err
+	}
 	if _, err := os.Lstat(p); err == nil {
 		return nil, rpcError(req.Msg.GetPath(), fs.ErrExist)
 	}
-	if err := s.mkdirAll(p); err != nil {
+	if err := s.mkdirAll(p, o); err != nil {
 		return nil, rpcError(req.Msg.GetPath(), err)
 	}
 	e, err := s.entry(p)
@@ -271,7 +310,11 @@ func (s *Service) Move(_ context.Context, req *connect.Request[filesystempb.Move
 	if err != nil {
 		return nil, err
 	}
-	if err := s.mkdirAll(filepath.Dir(dst)); err != nil {
+	o, err := s.rpcOwner(req.Header())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.mkdirAll(filepath.Dir(dst), o); err != nil {
 		return nil, rpcError(req.Msg.GetDestination(), err)
 	}
 	if err := os.Rename(src, dst); err != nil {
