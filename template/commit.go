@@ -74,6 +74,11 @@ func (s *Store) Commit(ctx context.Context, name, parent, upper string, progress
 // devices other than whiteouts are left out; so are extended
 // attributes.
 func (s *Store) writeTar(ctx context.Context, w io.Writer, root string) error {
+	return s.writeTarIDs(ctx, w, root, s.unmapID)
+}
+
+// writeTarIDs is writeTar with unmap turning host ids into the image's.
+func (s *Store) writeTarIDs(ctx context.Context, w io.Writer, root string, unmap func(int) int) error {
 	tw := tar.NewWriter(w)
 	inodes := map[uint64]string{}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -97,7 +102,7 @@ func (s *Store) writeTar(ctx context.Context, w io.Writer, root string) error {
 			hdr.Mode |= 0o1000
 		}
 		if st != nil {
-			hdr.Uid, hdr.Gid = s.unmapID(int(st.Uid)), s.unmapID(int(st.Gid))
+			hdr.Uid, hdr.Gid = unmap(int(st.Uid)), unmap(int(st.Gid))
 		}
 		if isWhiteout(p, fi) {
 			dir, base := filepath.Split(hdr.Name)

@@ -113,4 +113,3 @@ func (s *Store) packLayer(ctx context.Context, src, dst string) error {
 	}
 	return f.Close()
 }
-

@@ -108,6 +108,14 @@ func Open(dir string, o *Options) (*Store, error) {
 	return s, nil
 }
 
+// WithInUse returns a copy of s whose Remove asks inUse who uses a
+// template (see Options.InUse).
+func (s *Store) WithInUse(inUse func(ctx context.Context, name string) ([]string, error)) *Store {
+	c := *s
+	c.inUse = inUse
+	return &c
+}
+
 // Dir is the store's directory.
 func (s *Store) Dir() string { return s.dir }
 
@@ -154,7 +162,7 @@ func Host() *mcpbox.Template {
 }
 
 func hostLanguages() []mcpbox.Language {
-	out := []mcpbox.Language{mcpbox.Shell}
+	var out []mcpbox.Language
 	for lang, bins := range langBinaries {
 		for _, b := range bins {
 			if _, err := os.Stat(filepath.Join("/usr/bin", b)); err == nil {

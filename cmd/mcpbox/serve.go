@@ -120,7 +120,7 @@ func (m *Main) open(ctx context.Context, c config.Config, log *slog.Logger, so s
 	cpus, mem := hostCapacity()
 	s.mgr, err = manager.New(ctx, &manager.Options{
 		Pools:   pools,
-		Runtime: rt, Store: st, Logger: log, Flavors: flavors,
+		Runtime: rt, Store: st, Logger: log, Flavors: flavors, Templates: templateCatalog(rt, log),
 		MaxSessions: c.MaxSessions, MaxSessionsPerOwner: c.MaxSessionsPerOwner, MaxConcurrentExecutions: c.MaxConcurrentExecutions,
 		DefaultIdleTimeout: c.IdleTimeout, DefaultTTL: c.DefaultTTL, MaxTTL: c.MaxTTL,
 		VolumeRoots: c.VolumeRoots, Volumes: vols,
