@@ -100,6 +100,12 @@ type Options struct {
 	// LeaseTTL is how long a process's lease lasts unrenewed; default 15s.
 	// Its sandboxes are taken over this long after it dies.
 	LeaseTTL time.Duration
+	// Egress is the egress proxy sessions reach the network through;
+	// nil: no session may have a network policy (network.go).
+	Egress Egress
+	// DefaultNetwork is the policy of a session created without one;
+	// nil: no network.
+	DefaultNetwork *mcpbox.NetworkPolicy
 	// Now is the clock; default time.Now. Tests pass a fake.
 	Now func() time.Time
 	// Logger receives the manager's logs; nil discards them.
@@ -288,9 +294,8 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 	if req.Template, _, err = m.resolveTemplate(ctx, req.Template); err != nil {
 		return nil, err
 	}
-	if req.Network != nil {
-		return nil, mcpbox.Errorf(mcpbox.EUNSUPPORTED, "network access is not available yet: sandboxes have no network").
-			WithSuggestion("leave network out")
+	if req.Network, err = m.networkFor(req.Network); err != nil {
+		return nil, err
 	}
 	ttl := req.TTL
 	if ttl == 0 {
@@ -318,12 +323,14 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 		Flavor: fl, Env: req.Env, Metadata: req.Metadata, Volumes: vols,
 		Created: now, LastUsed: now, ExpiresAt: now.Add(ttl), IdleTimeout: idle, Holder: m.holder,
 	}
+	s.Network = req.Network
 	// A warm sandbox has only the configured volumes. The caller's env is
 	// applied to every process the session starts.
 	if len(req.Volumes) == 0 && !req.Ephemeral {
 		if warm, err := m.claimWarm(ctx, s); err != nil || warm != nil {
 			if warm != nil {
 				m.pushDeadline(warm)
+				m.adopt(warm.ID) // its maker may not be the one looking after it now
 			}
 			return warm, err
 		}

@@ -116,6 +116,7 @@ func (m *Manager) recoverOne(ctx context.Context, s *mcpbox.Session, sb *mcpbox.
 		if sb != nil && sb.Alive && m.alive(ctx, s.ID) {
 			rep.Adopted = append(rep.Adopted, s.ID)
 			m.pushDeadline(s)
+			m.adopt(s.ID)
 			return nil
 		}
 		rep.Ended = append(rep.Ended, s.ID)
@@ -124,6 +125,7 @@ func (m *Manager) recoverOne(ctx context.Context, s *mcpbox.Session, sb *mcpbox.
 		// Frozen, so its agent cannot answer: the runtime's word is all.
 		if sb != nil && sb.Alive {
 			rep.Adopted = append(rep.Adopted, s.ID)
+			m.adopt(s.ID)
 			return nil
 		}
 		rep.Ended = append(rep.Ended, s.ID)
