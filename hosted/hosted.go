@@ -41,8 +41,10 @@ import (
 // cannot contain ':', so no caller can be it.
 const sharedOwner = "hosted:shared"
 
-// Options configure Hosts. Manager is required.
+// Options configure Hosts.
 type Options struct {
+	// Manager runs the servers; without one, Hosts only keeps
+	// definitions (what `mcpbox server add` needs).
 	Manager *manager.Manager
 	// File is servers.json; "" keeps definitions in memory only (the Go
 	// API's default, and `mcpbox quick`).
@@ -89,8 +91,8 @@ type Hosts struct {
 
 // New returns Hosts. With a File, it watches it until Close.
 func New(opts *Options) (*Hosts, error) {
-	if opts == nil || opts.Manager == nil {
-		return nil, mcpbox.Errorf(mcpbox.EINVALID, "hosted: a Manager is required")
+	if opts == nil {
+		opts = &Options{}
 	}
 	o := *opts
 	if o.HandshakeTimeout <= 0 {
@@ -441,6 +443,9 @@ func (h *Hosts) Open(ctx context.Context, owner, name string, opts *CallOptions)
 	def, err := h.Server(name)
 	if err != nil {
 		return nil, err
+	}
+	if h.opts.Manager == nil {
+		return nil, mcpbox.Errorf(mcpbox.EINTERNAL, "hosted: these Hosts have no Manager to run servers with")
 	}
 	var onProgress func(Progress)
 	if opts != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpbox/mcpbox"
+	"github.com/mcpbox/mcpbox/hosted"
 	"github.com/mcpbox/mcpbox/manager"
 )
 
@@ -38,6 +39,9 @@ type Options struct {
 	// OnCall, if set, is told of every tool call when it ends: the tool,
 	// the error code ("" for success) and how long it took. Metrics use it.
 	OnCall func(tool, code string, d time.Duration)
+	// Hosted, when set, turns the gateway on: the hosted MCP servers'
+	// tools are listed beside mcpbox's as server__tool (gateway.go).
+	Hosted *hosted.Hosts
 	Logger *slog.Logger
 }
 
@@ -51,6 +55,7 @@ type Server struct {
 
 	mu     sync.Mutex
 	owners map[string]*mcp.Server
+	gw     *gateway // nil: no gateway
 }
 
 // New returns a Server.
@@ -64,6 +69,9 @@ func New(opts Options) (*Server, error) {
 	s := &Server{opts: opts, log: opts.Logger, owners: map[string]*mcp.Server{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Hosted != nil {
+		s.gw = newGateway(s, opts.Hosted)
 	}
 	return s, nil
 }
@@ -87,6 +95,9 @@ func (s *Server) For(owner string) *mcp.Server {
 	srv.AddReceivingMiddleware(rpcErrorData)
 	for _, t := range s.tools() {
 		t.add(srv, s, owner)
+	}
+	if s.gw != nil {
+		s.gw.attach(srv, owner)
 	}
 	s.owners[owner] = srv
 	return srv
