@@ -119,6 +119,7 @@ func (m *Main) rootCommand() *cobra.Command {
 	root.SetErr(m.Stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	root.AddCommand(m.runCommand(), m.serveCommand(), m.mcpCommand(), m.keyCommand(), m.sessionCommand(), m.execCommand(), m.configCommand(), m.doctorCommand(), m.versionCommand(), m.agentCommand())
+	root.AddCommand(m.serverCommand(), m.toolsCommand(), m.quickCommand())
 	root.AddCommand(m.templateCommand())
 	return root
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/mcpbox/mcpbox/adapter/e2b"
 	"github.com/mcpbox/mcpbox/adapter/httpserver"
 	"github.com/mcpbox/mcpbox/adapter/mcpserver"
+	"github.com/mcpbox/mcpbox/hosted"
 	"github.com/mcpbox/mcpbox/internal/config"
 	"github.com/mcpbox/mcpbox/manager"
 	"github.com/mcpbox/mcpbox/runtime/local"
@@ -65,6 +66,7 @@ type stack struct {
 	st     *sqlite.Store
 	mgr    *manager.Manager
 	mcp    *mcpserver.Server
+	hosted *hosted.Hosts // hosted MCP servers, for serve and mcp
 	report *manager.RecoverReport
 	close  func()
 }
@@ -140,7 +142,18 @@ func (m *Main) open(ctx context.Context, c config.Config, log *slog.Logger, so s
 	if so.maintain {
 		go s.mgr.Run(ctx)
 	}
-	s.mcp, err = mcpserver.New(mcpserver.Options{Manager: s.mgr, Version: mcpbox.Version, RequireSessionID: c.RequireSessionID, OnCall: so.onCall, Logger: log})
+	var gateway *hosted.Hosts
+	if so.maintain {
+		if s.hosted, err = hosted.New(&hosted.Options{Manager: s.mgr, File: c.ServersFile, Logger: log}); err != nil {
+			s.close()
+			return nil, err
+		}
+		closers = append(closers, s.hosted.Close)
+		if c.Gateway {
+			gateway = s.hosted
+		}
+	}
+	s.mcp, err = mcpserver.New(mcpserver.Options{Manager: s.mgr, Version: mcpbox.Version, RequireSessionID: c.RequireSessionID, OnCall: so.onCall, Logger: log, Hosted: gateway})
 	if err != nil {
 		s.close()
 		return nil, err
@@ -221,6 +234,7 @@ func (m *Main) serve(ctx context.Context, c config.Config) error {
 		return err
 	case <-ctx.Done():
 	}
+	fmt.Fprintln(m.Stderr, "mcpbox: interrupted; shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// SSE and streaming responses never end on their own; Shutdown's
@@ -236,6 +250,7 @@ func (m *Main) serve(ctx context.Context, c config.Config) error {
 		fmt.Fprintf(m.Stderr, "mcpbox: stopped %d sessions on exit\n", n)
 		return err
 	}
+	m.sayLeftRunning(s)
 	return nil
 }
 

@@ -75,6 +75,22 @@ type Config struct {
 	VolumeRoots []string `yaml:"volume_roots"`
 	// Volumes, host_path:sandbox_path[:ro], are mapped into every session.
 	Volumes []string `yaml:"volumes"`
+
+	// ServersFile holds the hosted MCP server definitions (e2b-mcp's
+	// servers.json format); default servers.json beside the config file.
+	ServersFile string `yaml:"servers_file" env:"MCPBOX_SERVERS_FILE"`
+	// Gateway lists the hosted servers' tools on mcpbox's own MCP
+	// endpoint as server__tool; false turns that off.
+	Gateway bool `yaml:"gateway" env:"MCPBOX_GATEWAY"`
+}
+
+// DefaultServersFile is servers.json in the config directory.
+func DefaultServersFile() string {
+	f := DefaultFile()
+	if f == "" {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(f), "servers.json")
 }
 
 // Pool is one warm pool in the file.
@@ -101,6 +117,7 @@ func Default() Config {
 		IdleTimeout: 15 * time.Minute, DefaultTTL: time.Hour, MaxTTL: 24 * time.Hour,
 		LogLevel: "info", MaxBodyMB: 64,
 		HTTPBodyTimeout: time.Minute, HTTPIdleTimeout: 2 * time.Minute, MaxConnections: 1024,
+		ServersFile: DefaultServersFile(), Gateway: true,
 	}
 }
 
