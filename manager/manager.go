@@ -226,6 +226,11 @@ type CreateRequest struct {
 	// Ephemeral sessions end with the process that made them (mcpbox
 	// run): their sandbox is never left behind, even after a SIGKILL.
 	Ephemeral bool
+	// EnvInSandbox asks for Env in the sandbox's own environment, not
+	// only added to each typed call: raw traffic through the door (E2B's
+	// SDKs) reaches the agent as it is. A session with env then never
+	// takes a warm sandbox, which has none.
+	EnvInSandbox bool
 }
 
 // Flavor resolves a flavor name against built-in and custom flavors and
@@ -326,7 +331,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 	s.Network = req.Network
 	// A warm sandbox has only the configured volumes. The caller's env is
 	// applied to every process the session starts.
-	if len(req.Volumes) == 0 && !req.Ephemeral {
+	if len(req.Volumes) == 0 && !req.Ephemeral && !(req.EnvInSandbox && len(req.Env) > 0) {
 		if warm, err := m.claimWarm(ctx, s); err != nil || warm != nil {
 			if warm != nil {
 				m.pushDeadline(warm)

@@ -32,7 +32,7 @@ type fixture struct {
 // newFixture serves the E2B handler, wrapped around a handler that
 // answers "mcp" for anything else, on a fake runtime running the real
 // agent in this process.
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T, pools ...manager.PoolSpec) *fixture {
 	t.Helper()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpbox.db"))
 	if err != nil {
@@ -40,11 +40,13 @@ func newFixture(t *testing.T) *fixture {
 	}
 	t.Cleanup(func() { st.Close() })
 	m, err := manager.New(context.Background(), &manager.Options{Runtime: testutil.NewFakeRuntime(), Store: st,
-		WarmKernel: func(context.Context, http.RoundTripper) error { return nil }})
+		WarmKernel: func(context.Context, http.RoundTripper) error { return nil }, Pools: pools})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { m.StopAll(context.Background()); m.Close(context.Background()) })
+	ctx, cancel := context.WithCancel(context.Background())
+	go m.Run(ctx)
+	t.Cleanup(func() { cancel(); m.StopAll(context.Background()); m.Close(context.Background()) })
 	secret, err := e2b.LoadSecret(filepath.Join(t.TempDir(), "secret"))
 	if err != nil {
 		t.Fatal(err)
@@ -441,6 +443,39 @@ func TestDataPlane(t *testing.T) {
 			t.Errorf("GET /health of a killed sandbox: %d %s", resp.StatusCode, body)
 		}
 	})
+}
+
+// A sandbox's envVars are its agent's own environment, which raw envd
+// traffic sees: a warm pool sandbox, started without them, is not used.
+func TestEnvVarsSkipThePool(t *testing.T) {
+	f := newFixture(t, manager.PoolSpec{Flavor: "small", Size: 1})
+	for i := 0; f.mgr.PoolStats()["/small"] != 1; i++ {
+		if i == 200 {
+			t.Fatal("the pool did not fill")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	envs := func(sb sandbox) string {
+		resp, body := f.data("GET", "/envs", map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "X-Access-Token": sb.EnvdAccessToken}, nil)
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET /envs: %d %s", resp.StatusCode, body)
+		}
+		return string(body)
+	}
+	with := f.create("", map[string]any{"envVars": map[string]string{"GREETING": "hello"}})
+	if got := envs(with); !strings.Contains(got, `"GREETING":"hello"`) {
+		t.Errorf("the sandbox's env is %s, without the envVars it was created with", got)
+	}
+	if f.mgr.PoolStats()["/small"] != 1 {
+		t.Error("a sandbox with envVars took the warm one")
+	}
+	without := f.create("", nil)
+	if f.mgr.PoolStats()["/small"] != 0 {
+		t.Error("a sandbox without envVars did not take the warm one")
+	}
+	if got := envs(without); strings.Contains(got, "GREETING") {
+		t.Errorf("env leaked: %s", got)
+	}
 }
 
 func TestPauseUnsupported(t *testing.T) {

@@ -144,8 +144,9 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		Template: tpl, Env: b.EnvVars, Metadata: b.Metadata, TTL: ttl,
 		// An E2B sandbox lives until its timeout, used or not: an idle
 		// timeout as long as the longest TTL never ends it first.
-		IdleTimeout: h.mgr.MaxTTL(),
-		Network:     policy(b.AllowInternetAccess, b.Network),
+		IdleTimeout:  h.mgr.MaxTTL(),
+		Network:      policy(b.AllowInternetAccess, b.Network),
+		EnvInSandbox: true,
 	}
 	delete(req.Metadata, templateKey)
 	s, err := h.mgr.Create(r.Context(), ownerOf(r), req)
