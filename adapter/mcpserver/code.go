@@ -21,14 +21,15 @@ import (
 const maxReply = 100 << 10
 
 type executeCodeIn struct {
-	Code      string            `json:"code" jsonschema:"The code to run. State (variables, imports, functions) persists between calls in the same session. In Python the value of the last expression is returned as a result, as in a notebook."`
-	Language  string            `json:"language,omitempty" jsonschema:"python (default), javascript (Node.js, top-level await works) or shell (bash)."`
-	SessionID string            `json:"session_id,omitempty" jsonschema:"The session to run in, from an earlier call. Leave it out to start a new session; its id comes back as session_id."`
-	Template  string            `json:"template,omitempty" jsonschema:"Sandbox template for a new session; only default exists."`
-	Flavor    string            `json:"flavor,omitempty" jsonschema:"Size of a new session: small (1 CPU, 1 GiB), medium (2 CPU, 2 GiB), large (4 CPU, 4 GiB) or a flavor the server defines."`
-	Timeout   float64           `json:"timeout,omitempty" jsonschema:"Seconds before the code is interrupted (1 to 3600). The session and its state survive a timeout."`
-	Event     json.RawMessage   `json:"event,omitempty" jsonschema:"Handler mode: when given, the code must define handler(event, context) (Python) or export handler (JavaScript); it is called with this JSON value and its return value comes back as return_value."`
-	Env       map[string]string `json:"env,omitempty" jsonschema:"Environment variables for this execution (and for a new session)."`
+	Code      string                `json:"code" jsonschema:"The code to run. State (variables, imports, functions) persists between calls in the same session. In Python the value of the last expression is returned as a result, as in a notebook."`
+	Language  string                `json:"language,omitempty" jsonschema:"python (default), javascript (Node.js, top-level await works) or shell (bash)."`
+	SessionID string                `json:"session_id,omitempty" jsonschema:"The session to run in, from an earlier call. Leave it out to start a new session; its id comes back as session_id."`
+	Template  string                `json:"template,omitempty" jsonschema:"Sandbox template for a new session; only default exists."`
+	Flavor    string                `json:"flavor,omitempty" jsonschema:"Size of a new session: small (1 CPU, 1 GiB), medium (2 CPU, 2 GiB), large (4 CPU, 4 GiB) or a flavor the server defines."`
+	Timeout   float64               `json:"timeout,omitempty" jsonschema:"Seconds before the code is interrupted (1 to 3600). The session and its state survive a timeout."`
+	Event     json.RawMessage       `json:"event,omitempty" jsonschema:"Handler mode: when given, the code must define handler(event, context) (Python) or export handler (JavaScript); it is called with this JSON value and its return value comes back as return_value."`
+	Env       map[string]string     `json:"env,omitempty" jsonschema:"Environment variables for this execution (and for a new session)."`
+	Network   *mcpbox.NetworkPolicy `json:"network,omitempty" jsonschema:"Network access: which hosts the session may reach over HTTP and HTTPS, e.g. {\"allow\": [\"pypi.org\", \"files.pythonhosted.org\"]}. Without it a new session has the server's default (usually no network); with session_id it replaces that session's policy."`
 }
 
 // codeError is an exception raised by the code.
@@ -103,7 +104,7 @@ func runCode(ctx context.Context, c *call, in *executeCodeIn) (*executeCodeOut, 
 	}
 	timeout := seconds(in.Timeout, 30)
 	out := &executeCodeOut{Language: string(lang)}
-	id, created, err := c.session(ctx, in.SessionID, manager.CreateRequest{Template: in.Template, Flavor: in.Flavor, Env: in.Env})
+	id, created, err := c.session(ctx, in.SessionID, manager.CreateRequest{Template: in.Template, Flavor: in.Flavor, Env: in.Env, Network: in.Network})
 	if err != nil {
 		return nil, err
 	}
@@ -260,6 +261,12 @@ func codeText(o *executeCodeOut) string {
 // session returns the session to run in: the named one, or a new one.
 func (c *call) session(ctx context.Context, id string, req manager.CreateRequest) (string, bool, error) {
 	if id != "" {
+		if req.Network != nil {
+			// Asked of a session that exists: its policy changes.
+			if _, err := c.s.opts.Manager.SetNetwork(ctx, c.owner, id, req.Network); err != nil {
+				return "", false, err
+			}
+		}
 		return id, false, nil
 	}
 	if c.s.opts.RequireSessionID {

@@ -196,10 +196,11 @@ func stopCommand() registrar {
 // --- sessions ---
 
 type createSessionIn struct {
-	Template string            `json:"template,omitempty" jsonschema:"Sandbox template; only default exists."`
-	Flavor   string            `json:"flavor,omitempty" jsonschema:"small (1 CPU, 1 GiB; the default), medium (2 CPU, 2 GiB), large (4 CPU, 4 GiB) or a flavor the server defines."`
-	Env      map[string]string `json:"env,omitempty" jsonschema:"Environment variables every execution in the session sees."`
-	TTL      durationArg       `json:"ttl,omitempty" jsonschema:"How long the session may live at most: seconds (7200) or a duration (\"2h\", \"90m\"); the server's default when left out. A session unused for the server's idle timeout ends sooner."`
+	Template string                `json:"template,omitempty" jsonschema:"Sandbox template; only default exists."`
+	Flavor   string                `json:"flavor,omitempty" jsonschema:"small (1 CPU, 1 GiB; the default), medium (2 CPU, 2 GiB), large (4 CPU, 4 GiB) or a flavor the server defines."`
+	Env      map[string]string     `json:"env,omitempty" jsonschema:"Environment variables every execution in the session sees."`
+	TTL      durationArg           `json:"ttl,omitempty" jsonschema:"How long the session may live at most: seconds (7200) or a duration (\"2h\", \"90m\"); the server's default when left out. A session unused for the server's idle timeout ends sooner."`
+	Network  *mcpbox.NetworkPolicy `json:"network,omitempty" jsonschema:"Network access: {\"allow\": [\"pypi.org\", \"*.githubusercontent.com\"]} lets the session reach those hosts over HTTP and HTTPS (ports 80 and 443 unless a pattern names one, like api.example.com:8443); {\"public\": true} any public host; deny wins over both. Left out: the server's default, usually no network."`
 }
 
 // sessionInfo is what a caller learns of one of its sessions.
@@ -212,6 +213,10 @@ type sessionInfo struct {
 	LastUsed  string   `json:"last_used"`
 	ExpiresAt string   `json:"expires_at"`
 	Languages []string `json:"languages"`
+	// Network is the session's policy in words ("none", "allow pypi.org").
+	Network string `json:"network"`
+	// Egress counts the session's traffic through the egress proxy.
+	Egress *mcpbox.NetworkStats `json:"egress,omitempty"`
 
 	// EndsAt is the session's hard end (its ttl); ExpiresAt is the
 	// sooner of that and its idle deadline.
@@ -229,7 +234,8 @@ func info(s *mcpbox.Session, langs []string) sessionInfo {
 	}
 	i := sessionInfo{SessionID: s.ID, State: string(s.State), Flavor: s.Flavor.Name, Template: t,
 		Created: s.Created.Format(time.RFC3339), LastUsed: s.LastUsed.Format(time.RFC3339),
-		ExpiresAt: s.Deadline().Format(time.RFC3339), IdleTimeout: s.IdleTimeout.Seconds(), Languages: langs}
+		ExpiresAt: s.Deadline().Format(time.RFC3339), IdleTimeout: s.IdleTimeout.Seconds(), Languages: langs,
+		Network: s.Network.String()}
 	if !s.ExpiresAt.IsZero() {
 		i.EndsAt = s.ExpiresAt.Format(time.RFC3339)
 	}
@@ -250,7 +256,7 @@ func createSession() registrar {
 			if err != nil {
 				return nil, err
 			}
-			s, err := c.s.opts.Manager.Create(ctx, c.owner, manager.CreateRequest{Template: in.Template, Flavor: in.Flavor, Env: in.Env, TTL: ttl})
+			s, err := c.s.opts.Manager.Create(ctx, c.owner, manager.CreateRequest{Template: in.Template, Flavor: in.Flavor, Env: in.Env, TTL: ttl, Network: in.Network})
 			if err != nil {
 				return nil, err
 			}
@@ -295,7 +301,11 @@ func getSessions() registrar {
 			for _, s := range list {
 				// A sandbox that cannot be asked still gets listed.
 				langs, _ := m.Languages(ctx, c.owner, s.ID)
-				out.Sessions = append(out.Sessions, info(s, langs))
+				i := info(s, langs)
+				if st := m.NetworkStats(s.ID); st.Connections > 0 || st.Refused > 0 {
+					i.Egress = &st
+				}
+				out.Sessions = append(out.Sessions, i)
 			}
 			return out, nil
 		},
@@ -309,7 +319,11 @@ func getSessions() registrar {
 				if langs == "" {
 					langs = "-"
 				}
-				fmt.Fprintf(&b, "%s  %s  %s  created %s  last used %s  expires %s  state: %s\n", s.SessionID, s.State, s.Flavor, s.Created, s.LastUsed, s.ExpiresAt, langs)
+				fmt.Fprintf(&b, "%s  %s  %s  created %s  last used %s  expires %s  state: %s  network: %s", s.SessionID, s.State, s.Flavor, s.Created, s.LastUsed, s.ExpiresAt, langs, s.Network)
+				if e := s.Egress; e != nil {
+					fmt.Fprintf(&b, " (%d connections, %d bytes in, %d out, %d refused)", e.Connections, e.BytesIn, e.BytesOut, e.Refused)
+				}
+				b.WriteString("\n")
 			}
 			return strings.TrimRight(b.String(), "\n")
 		},
