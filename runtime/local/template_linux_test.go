@@ -172,7 +172,7 @@ func pythonImage(t testing.TB) v1.Image {
 		for _, l := range []string{"bin", "lib", "lib64", "sbin"} {
 			base.header(&tar.Header{Name: l, Typeflag: tar.TypeSymlink, Linkname: "usr/" + l, Mode: 0o777}, nil)
 		}
-		progs := []string{py, "/usr/bin/dash", "/usr/bin/ls", "/usr/bin/cat", "/usr/bin/stat", "/usr/bin/id", "/usr/bin/readlink"}
+		progs := []string{py, "/usr/bin/dash", "/usr/bin/ls", "/usr/bin/cat", "/usr/bin/stat", "/usr/bin/id", "/usr/bin/readlink", "/usr/bin/mkdir", "/usr/bin/chmod", "/usr/bin/rm"}
 		for _, p := range progs {
 			base.host(p)
 		}
@@ -306,5 +306,46 @@ func TestTemplateBrokenLayer(t *testing.T) {
 	}
 	if _, err := rt.Create(context.Background(), mcpbox.SandboxSpec{ID: mcpbox.NewID(), Flavor: mcpbox.Flavors["small"], Template: "nosuch"}); mcpbox.ErrorCode(err) != mcpbox.ENOTFOUND {
 		t.Errorf("unknown template: %v", err)
+	}
+}
+
+// TestTemplateCommit commits a session in which the user installed a
+// module with `pip install --user`'s layout and wrote and deleted files;
+// a new session from the commit finds them as they were left.
+func TestTemplateCommit(t *testing.T) {
+	rt := newRuntime(t)
+	importImage(t, rt, "pybase", pythonImage(t))
+	sb, c := newTemplateSandbox(t, rt, "pybase")
+	line := `set -e
+site=$(python3 -c 'import site; print(site.getusersitepackages())')
+mkdir -p "$site" && echo 'ANSWER = 6 * 7' > "$site/usermod.py"
+echo kept > /workspace/notes.txt
+echo '#!/bin/sh' > /tmp/tool && chmod 755 /tmp/tool
+echo done`
+	if out, errOut, res := run(t, c, 20*time.Second, "sh", "-c", line); out != "done\n" || res.ExitCode != 0 {
+		t.Fatalf("set-up: %q %q %d", out, errOut, res.ExitCode)
+	}
+	s, _ := rt.Templates()
+	upper, err := rt.UpperDir(context.Background(), sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent, err := rt.SandboxTemplate(sb.ID)
+	if err != nil || parent != "pybase" {
+		t.Fatalf("sandbox's template: %q %v", parent, err)
+	}
+	tm, err := s.Commit(context.Background(), "pycommit", parent, upper, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tm.Layers) != 3 || tm.Parent != "pybase" {
+		t.Fatalf("%+v", tm)
+	}
+	_, c2 := newTemplateSandbox(t, rt, "pycommit")
+	out, errOut, res := run(t, c2, 20*time.Second, "sh", "-c",
+		`python3 -c 'import usermod; print(usermod.ANSWER)'; cat /workspace/notes.txt; stat -c '%u %a' /workspace/notes.txt /tmp/tool; ls /etc/removed 2>/dev/null || echo still-removed`)
+	want := "42\nkept\n1000 644\n1000 755\nstill-removed\n"
+	if out != want || res.ExitCode != 0 {
+		t.Errorf("new session from the commit: %q (stderr %q), want %q", out, errOut, want)
 	}
 }
