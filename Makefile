@@ -14,18 +14,28 @@ BENCHTIME ?= 200x
 # The version stamped into ./bin/mcpbox; empty keeps mcpbox.Version's default.
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
 LDFLAGS := $(if $(VERSION),-X github.com/mcpbox/mcpbox.Version=$(VERSION))
+# Where `make install` puts mcpbox: $(DESTDIR)$(PREFIX)/bin/mcpbox.
+PREFIX ?= /usr/local
+# Extra arguments for `make run`, such as ARGS='--port 9000'.
+ARGS ?=
 
-.PHONY: help run test build bench proto deps
+.PHONY: help run test build install bench proto deps
 
 help:
-	@echo "make run    serve on 127.0.0.1:8080 (GET /healthz, GET /debug/sandboxes)"
-	@echo "make test   install what the tests need, go vet, then every test (-race)"
-	@echo "make build  build ./bin/mcpbox, version $(or $(VERSION),default)"
-	@echo "make bench  run the Go benchmarks (BENCH=$(BENCH) BENCHTIME=$(BENCHTIME))"
-	@echo "make proto  regenerate gen/ from proto/ (scripts/genproto.sh)"
+	@echo "make run      build, then serve MCP on http://127.0.0.1:8080/mcp and /sse (also /healthz, /readyz, /metrics)"
+	@echo "make test     install what the tests need, go vet, then every test (-race)"
+	@echo "make build    build ./bin/mcpbox, version $(or $(VERSION),default)"
+	@echo "make install  build, then install it as $(DESTDIR)$(PREFIX)/bin/mcpbox (PREFIX=$(PREFIX))"
+	@echo "make bench    run the Go benchmarks (BENCH=$(BENCH) BENCHTIME=$(BENCHTIME))"
+	@echo "make proto    regenerate gen/ from proto/ (scripts/genproto.sh)"
 
-run:
-	$(GO) run ./cmd/mcpbox serve
+# run builds the same binary `make build` does (same version), checks what
+# sandboxes need on the host (installing it as root), then serves. Ctrl-C
+# stops it, says which sessions it left running, and exits 0.
+run: build
+	@scripts/deps.sh --run
+	echo "== ./bin/mcpbox serve $(ARGS)  (Ctrl-C stops it)"
+	exec ./bin/mcpbox serve $(ARGS)
 
 deps:
 	@scripts/deps.sh
@@ -55,7 +65,13 @@ test: deps
 	exit $$status
 
 build:
+	@echo "== go build -o bin/mcpbox ./cmd/mcpbox (version $(or $(VERSION),default); the first build downloads modules and compiles for a minute or two)"
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/mcpbox ./cmd/mcpbox
+
+install: build
+	@install -d '$(DESTDIR)$(PREFIX)/bin'
+	install -m 0755 bin/mcpbox '$(DESTDIR)$(PREFIX)/bin/mcpbox'
+	echo "installed $(DESTDIR)$(PREFIX)/bin/mcpbox ($$('$(DESTDIR)$(PREFIX)/bin/mcpbox' version | head -1))"
 
 bench: deps
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) $(PKGS)

@@ -25,6 +25,7 @@ import (
 	"github.com/mcpbox/mcpbox"
 	"github.com/mcpbox/mcpbox/adapter/mcpserver"
 	"github.com/mcpbox/mcpbox/apikey"
+	"github.com/mcpbox/mcpbox/hosted"
 	"github.com/mcpbox/mcpbox/manager"
 )
 
@@ -60,7 +61,10 @@ type Options struct {
 	MaxConns int
 	// Registry receives the metrics; nil makes a new one.
 	Registry *prometheus.Registry
-	Logger   *slog.Logger
+	// Hosted, when set, serves the hosted MCP servers at /v1/servers
+	// (hosted.go).
+	Hosted *hosted.Hosts
+	Logger *slog.Logger
 }
 
 // Handler serves every HTTP endpoint of mcpbox.
@@ -125,6 +129,7 @@ func New(opts Options) *Handler {
 	// Metrics count sessions, calls and errors of every owner: with keys,
 	// a scraper needs one like any other caller.
 	h.mux.Handle("GET /metrics", guard(promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{})))
+	h.routeHosted(guard)
 	return h
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpbox/mcpbox"
+	"github.com/mcpbox/mcpbox/adapter/mcpserver"
 )
 
 // The session and exec commands are an MCP client of a running serve:
@@ -35,32 +38,79 @@ func dial(ctx context.Context) (*mcp.ClientSession, error) {
 	if u.Path == "" || u.Path == "/" {
 		u.Path = "/mcp"
 	}
-	hc := &http.Client{Transport: bearer{key: os.Getenv("MCPBOX_API_KEY")}}
+	b := &bearer{key: os.Getenv("MCPBOX_API_KEY")}
+	hc := &http.Client{Transport: b}
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "mcpbox-cli", Version: mcpbox.Version}, nil).
 		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: u.String(), HTTPClient: hc, DisableStandaloneSSE: true}, nil)
 	if err != nil {
+		if refusal := b.refused(); refusal != "" {
+			// The server is there: it turned the key down.
+			if b.key == "" {
+				return nil, mcpbox.Errorf(mcpbox.EUNAUTH, "mcpbox at %s needs an API key: %s", u, refusal).
+					WithSuggestion("set MCPBOX_API_KEY to a key from `mcpbox key create --owner NAME` (run where the server runs)")
+			}
+			why := strings.TrimPrefix(refusal, "the API key was refused: ")
+			return nil, mcpbox.Errorf(mcpbox.EUNAUTH, "mcpbox at %s refused the API key in MCPBOX_API_KEY: %s", u, why).
+				WithSuggestion("check MCPBOX_API_KEY; `mcpbox key list` on the server shows which keys are live, and `mcpbox key create --owner NAME` makes a new one")
+		}
 		return nil, mcpbox.Errorf(mcpbox.EUNAVAILABLE, "cannot reach mcpbox at %s", u).Wrap(err).
-			WithSuggestion("start it with `mcpbox serve`, or point MCPBOX_URL at it; set MCPBOX_API_KEY if it needs a key")
+			WithSuggestion("start it with `mcpbox serve`, or point MCPBOX_URL at it")
 	}
 	return cs, nil
 }
 
-type bearer struct{ key string }
+// bearer sends the API key, and remembers a 401 so the CLI can tell a
+// refused key from a server that is not there.
+type bearer struct {
+	key string
 
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	mu      sync.Mutex
+	refusal string // the server's message from its last 401
+}
+
+func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	if b.key != "" {
 		r = r.Clone(r.Context())
 		r.Header.Set("Authorization", "Bearer "+b.key)
 	}
-	return http.DefaultTransport.RoundTrip(r)
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err == nil && resp.StatusCode == http.StatusUnauthorized {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		var e struct {
+			Message string `json:"message"`
+		}
+		msg := "401 Unauthorized"
+		if json.Unmarshal(body, &e) == nil && e.Message != "" {
+			msg = e.Message
+		}
+		b.mu.Lock()
+		b.refusal = msg
+		b.mu.Unlock()
+	}
+	return resp, err
+}
+
+func (b *bearer) refused() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.refusal
 }
 
 // callTool calls a tool and decodes its structured result into out. A
 // tool error becomes an *mcpbox.Error with the server's code and hints.
 func callTool(ctx context.Context, cs *mcp.ClientSession, name string, args map[string]any, out any) error {
+	_, err := callToolResult(ctx, cs, name, args, out)
+	return err
+}
+
+// callToolResult is callTool that also returns the result, for its
+// content blocks (images).
+func callToolResult(ctx context.Context, cs *mcp.ClientSession, name string, args map[string]any, out any) (*mcp.CallToolResult, error) {
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	b, _ := json.Marshal(res.StructuredContent)
 	if out != nil {
@@ -74,9 +124,9 @@ func callTool(ctx context.Context, cs *mcp.ClientSession, name string, args map[
 			Context     map[string]any `json:"context"`
 		}
 		json.Unmarshal(b, &te)
-		return &mcpbox.Error{Code: te.Code, Message: te.Code + ": " + te.Message, Suggestions: te.Suggestions, Context: te.Context}
+		return res, &mcpbox.Error{Code: te.Code, Message: te.Code + ": " + te.Message, Suggestions: te.Suggestions, Context: te.Context}
 	}
-	return nil
+	return res, nil
 }
 
 func (m *Main) sessionCommand() *cobra.Command {
@@ -84,8 +134,7 @@ func (m *Main) sessionCommand() *cobra.Command {
 		Use:   "session",
 		Short: "Create, list and remove sessions on a running mcpbox serve (MCPBOX_URL, MCPBOX_API_KEY)",
 	}
-	var flavor string
-	var ttl time.Duration
+	var flavor, ttl string
 	var env []string
 	create := &cobra.Command{
 		Use:   "create",
@@ -96,14 +145,20 @@ func (m *Main) sessionCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var d time.Duration
+			if ttl != "" {
+				if d, err = mcpserver.ParseDuration(ttl); err != nil {
+					return mcpbox.Errorf(mcpbox.EINVALID, "--ttl: %s", err.(*mcpbox.Error).Message)
+				}
+			}
 			cs, err := dial(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer cs.Close()
 			args := map[string]any{"flavor": flavor, "env": vars}
-			if ttl > 0 {
-				args["ttl"] = ttl.Seconds()
+			if d > 0 {
+				args["ttl"] = d.Seconds()
 			}
 			var out struct {
 				SessionID string `json:"session_id"`
@@ -116,7 +171,7 @@ func (m *Main) sessionCommand() *cobra.Command {
 		},
 	}
 	create.Flags().StringVar(&flavor, "flavor", "", "small, medium, large or a configured flavor")
-	create.Flags().DurationVar(&ttl, "ttl", 0, "longest life of the session, such as 2h (default: the server's)")
+	create.Flags().StringVar(&ttl, "ttl", "", "longest life of the session: seconds (7200) or a duration (2h, 90m); default: the server's")
 	create.Flags().StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE for every execution (repeatable)")
 
 	var asJSON bool
@@ -177,15 +232,19 @@ func (m *Main) sessionCommand() *cobra.Command {
 }
 
 func (m *Main) execCommand() *cobra.Command {
-	var session, language string
+	var session, language, imageDir string
 	var timeout time.Duration
+	var keep bool
 	cmd := &cobra.Command{
 		Use:   "exec [--session ID] [--language L] CODE",
 		Short: "Run code on a running mcpbox serve (MCPBOX_URL, MCPBOX_API_KEY); CODE - reads stdin",
-		Long: `Run code in a session of a running mcpbox serve, over MCP. Without --session a
-new session is made and its id printed to stderr, so the next exec can reuse it.
+		Long: `Run code in a session of a running mcpbox serve, over MCP. Without --session
+the code runs in a new session, which is stopped afterwards; --keep keeps it
+and prints its id on stderr, so the next exec can use it with --session.
 stdout and stderr are the code's; a raised error prints its traceback and
-exits 1.`,
+exits 1. Images the code displays (plots) are written as files,
+mcpbox-plot-N.png in the current directory or --image-dir, and their paths
+printed on stderr.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			code := args[0]
@@ -195,6 +254,16 @@ exits 1.`,
 					return err
 				}
 				code = string(b)
+			}
+			if keep && session != "" {
+				return &usageError{fmt.Errorf("--keep is for a new session; --session %s is kept anyway", session)}
+			}
+			// The same checks, in the same words, as mcpbox run.
+			if _, err := mcpbox.ParseLanguage(language); err != nil {
+				return err
+			}
+			if err := mcpbox.ValidateTimeout(timeout); err != nil {
+				return err
 			}
 			cs, err := dial(cmd.Context())
 			if err != nil {
@@ -216,18 +285,41 @@ exits 1.`,
 				}
 				Error *struct{ Name, Value, Traceback string }
 			}
-			callErr := callTool(cmd.Context(), cs, "execute_code", in, &out)
+			res, callErr := callToolResult(cmd.Context(), cs, "execute_code", in, &out)
+			if out.SessionCreated && !keep {
+				// A one-off exec leaves nothing behind, even when the code
+				// failed or the call was interrupted.
+				defer func() {
+					ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), 30*time.Second)
+					defer cancel()
+					if err := callTool(ctx, cs, "stop_session", map[string]any{"session_id": out.SessionID}, nil); err != nil {
+						fmt.Fprintf(m.Stderr, "mcpbox: could not stop session %s: %v\n", out.SessionID, err)
+					}
+				}()
+			}
 			fmt.Fprint(m.Stdout, out.Stdout)
 			fmt.Fprint(m.Stderr, out.Stderr)
 			for _, r := range out.Results {
-				switch {
-				case len(r.Images) > 0:
-					fmt.Fprintf(m.Stderr, "[%s result not shown]\n", strings.Join(r.Images, ", "))
-				case r.IsMainResult && r.Text != "":
+				if r.IsMainResult && r.Text != "" && len(r.Images) == 0 {
 					fmt.Fprintln(m.Stdout, r.Text)
 				}
 			}
-			if out.SessionCreated {
+			if res != nil {
+				images := &imageWriter{dir: imageDir}
+				for _, c := range res.Content {
+					img, ok := c.(*mcp.ImageContent)
+					if !ok {
+						continue
+					}
+					path, err := images.write(img.MIMEType, img.Data)
+					if err != nil {
+						fmt.Fprintf(m.Stderr, "mcpbox: an %s result could not be written: %v\n", img.MIMEType, err)
+						continue
+					}
+					fmt.Fprintf(m.Stderr, "mcpbox: %s written to %s\n", img.MIMEType, path)
+				}
+			}
+			if out.SessionCreated && keep {
 				fmt.Fprintf(m.Stderr, "session: %s\n", out.SessionID)
 			}
 			if out.Error != nil {
@@ -240,6 +332,9 @@ exits 1.`,
 			case "":
 				return nil
 			case mcpbox.ECODE:
+				if out.Error == nil {
+					fmt.Fprintln(m.Stderr, "mcpbox:", callErr)
+				}
 				return &exitError{1}
 			case mcpbox.ETIMEOUT:
 				fmt.Fprintln(m.Stderr, "mcpbox:", callErr)
@@ -248,8 +343,10 @@ exits 1.`,
 			return callErr
 		},
 	}
-	cmd.Flags().StringVarP(&session, "session", "s", "", "session id (default: a new session)")
+	cmd.Flags().StringVarP(&session, "session", "s", "", "session id (default: a new session, stopped afterwards)")
+	cmd.Flags().BoolVar(&keep, "keep", false, "keep the new session and print its id on stderr")
 	cmd.Flags().StringVarP(&language, "language", "l", "python", "python, javascript or shell")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "interrupt the code after this long")
+	cmd.Flags().StringVar(&imageDir, "image-dir", "", "write images the code displays (plots) here (default: the current directory)")
 	return cmd
 }

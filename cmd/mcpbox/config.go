@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/mcpbox/mcpbox/internal/config"
+	"github.com/mcpbox/mcpbox/runtime/local"
 )
 
 // configFlags are the flags every command that reads the config shares.
@@ -55,6 +56,10 @@ func (m *Main) configCommand() *cobra.Command {
 			c, err := m.loadConfig(cmd, &f)
 			if err != nil {
 				return err
+			}
+			if c.Home == "" {
+				// What the runtime will use, not the empty "default".
+				c.Home = local.DefaultHome()
 			}
 			fmt.Fprint(m.Stdout, c.YAML())
 			return nil

@@ -61,6 +61,8 @@ var doctorChecks = []struct {
 	{"node", interpreter("node", "nodejs", "--version")},
 	{"sh", interpreter("sh", "dash", "")},
 	{"bash", interpreter("bash", "bash", "--version")},
+	{"python libraries", libraryCheck("python")},
+	{"javascript libraries", libraryCheck("javascript")},
 }
 
 func (m *Main) doctorCommand() *cobra.Command {

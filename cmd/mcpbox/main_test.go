@@ -92,7 +92,7 @@ func TestRunBadInput(t *testing.T) {
 		{"missing file", []string{"run", "--file", "/nonexistent/x.py"}, 2, "no such file"},
 		{"bad env", []string{"run", "--env", "NOEQUALS", "x"}, 2, "expected K=V"},
 		{"bad event", []string{"run", "--event", "{nope", "x"}, 2, "not valid JSON"},
-		{"event outside python", []string{"run", "-l", "shell", "--event", "1", "x"}, 2, "needs --language python"},
+		{"event with shell", []string{"run", "-l", "shell", "--event", "1", "x"}, 2, "--event (handler mode) needs --language python or javascript"},
 		{"unknown command", []string{"frobnicate"}, 2, "unknown command"},
 	}
 	for _, tt := range tests {

@@ -248,7 +248,9 @@ func (m *Main) runKernel(ctx context.Context, mgr *manager.Manager, id string, l
 			if ev.Result == nil {
 				break
 			}
-			if m.writeImages(images, ev.Result) == 0 && ev.Result.IsMainResult && ev.Text != "" {
+			// In handler mode what the handler returns is the answer;
+			// the cell's last value (often the handler itself) is not.
+			if m.writeImages(images, ev.Result) == 0 && ev.Result.IsMainResult && ev.Text != "" && event == "" {
 				fmt.Fprintln(m.Stdout, ev.Text)
 			}
 		case mcpbox.EventReturnValue:

@@ -234,6 +234,7 @@ func (m *Main) serve(ctx context.Context, c config.Config) error {
 		return err
 	case <-ctx.Done():
 	}
+	fmt.Fprintln(m.Stderr, "mcpbox: interrupted; shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// SSE and streaming responses never end on their own; Shutdown's
@@ -249,6 +250,7 @@ func (m *Main) serve(ctx context.Context, c config.Config) error {
 		fmt.Fprintf(m.Stderr, "mcpbox: stopped %d sessions on exit\n", n)
 		return err
 	}
+	m.sayLeftRunning(s)
 	return nil
 }
 

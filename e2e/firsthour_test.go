@@ -1,0 +1,220 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"image/png"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mcpbox/mcpbox/internal/testutil"
+)
+
+// The tests in this file follow a new user's first hour with the CLI
+// (issue 12), asserting what the user reads and the exit codes.
+
+// cli runs the mcpbox binary with env and returns its exit code, stdout
+// and stderr.
+func cli(t *testing.T, bin string, env []string, dir string, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Dir = dir
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return code, out.String(), errb.String()
+}
+
+// TestCLIFirstHour drives `mcpbox exec`, `session`, `key` and serve's
+// Ctrl-C as the README shows them.
+func TestCLIFirstHour(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := build(t)
+	s := &server{bin: bin, home: testutil.Home(t)}
+	s.url = "http://127.0.0.1:" + itoa(freePort(t))
+	p := s.start(t) // without --stop-sessions-on-exit, as `make run` starts it
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			p.stop(t)
+		}
+		// Whatever was kept: the way the shutdown message says.
+		q := s.start(t, "--stop-sessions-on-exit")
+		q.stop(t)
+	})
+	env := []string{"MCPBOX_HOME=" + s.home, "MCPBOX_URL=" + s.url}
+	dir := t.TempDir()
+	sessions := func() []map[string]any {
+		t.Helper()
+		code, out, errOut := cli(t, bin, env, dir, "session", "ls", "--json")
+		var list []map[string]any
+		if code != 0 || json.Unmarshal([]byte(out), &list) != nil {
+			t.Fatalf("session ls: exit %d, %q %q", code, out, errOut)
+		}
+		return list
+	}
+
+	t.Run("exec cleans up after itself", func(t *testing.T) {
+		code, out, errOut := cli(t, bin, env, dir, "exec", "print(6*7)")
+		if code != 0 || out != "42\n" || strings.Contains(errOut, "session:") {
+			t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
+		}
+		code, _, _ = cli(t, bin, env, dir, "exec", "1/0")
+		if code != 1 {
+			t.Errorf("a raise: exit %d, want 1", code)
+		}
+		if l := sessions(); len(l) != 0 {
+			t.Errorf("one-off execs left %d sessions: %v", len(l), l)
+		}
+	})
+
+	var kept string
+	t.Run("exec --keep", func(t *testing.T) {
+		code, _, errOut := cli(t, bin, env, dir, "exec", "--keep", "x = 41")
+		m := regexp.MustCompile(`session: ([a-z0-9]+)`).FindStringSubmatch(errOut)
+		if code != 0 || m == nil {
+			t.Fatalf("exit %d, stderr %q: want the kept session's id", code, errOut)
+		}
+		kept = m[1]
+		if code, out, _ := cli(t, bin, env, dir, "exec", "--session", kept, "print(x + 1)"); code != 0 || out != "42\n" {
+			t.Errorf("the kept session: exit %d, %q", code, out)
+		}
+	})
+
+	t.Run("exec writes plots as files", func(t *testing.T) {
+		if exec.Command("/usr/bin/python3", "-c", "import matplotlib").Run() != nil {
+			t.Skip("the host's python3 has no matplotlib (apt-get install python3-matplotlib)")
+		}
+		imgs := t.TempDir()
+		code, _, errOut := cli(t, bin, env, dir, "exec", "--image-dir", imgs, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
+		want := filepath.Join(imgs, "mcpbox-plot-1.png")
+		if code != 0 || errOut != "mcpbox: image/png written to "+want+"\n" {
+			t.Fatalf("exit %d, stderr %q; want only the image's path", code, errOut)
+		}
+		f, err := os.Open(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := png.Decode(f); err != nil {
+			t.Errorf("%s is not a PNG: %v", want, err)
+		}
+	})
+
+	t.Run("argument errors in words", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"exec", "-l", "ruby", "1"}, `unknown language "ruby"`},
+			{[]string{"exec", "--timeout", "0s", "1"}, "timeout must be above 0"},
+			{[]string{"session", "create", "--ttl", "soon"}, `--ttl: "soon" is not a length of time: give seconds (7200) or a duration such as 2h`},
+		} {
+			code, _, errOut := cli(t, bin, env, dir, tc.args...)
+			if code != 2 || !strings.Contains(errOut, tc.want) {
+				t.Errorf("%v: exit %d, %q; want 2 and %q", tc.args, code, errOut, tc.want)
+			}
+		}
+	})
+
+	t.Run("ttl in seconds or as a duration", func(t *testing.T) {
+		for _, ttl := range []string{"7200", "2h"} {
+			code, out, errOut := cli(t, bin, env, dir, "session", "create", "--ttl", ttl)
+			id := strings.TrimSpace(out)
+			if code != 0 || id == "" {
+				t.Fatalf("--ttl %s: exit %d, %q %q", ttl, code, out, errOut)
+			}
+			cli(t, bin, env, dir, "session", "rm", id)
+		}
+	})
+
+	t.Run("keys: missing, refused, revoked", func(t *testing.T) {
+		code, out, errOut := cli(t, bin, env, dir, "key", "create", "--owner", "alice")
+		key := strings.TrimSpace(out)
+		if code != 0 || key == "" {
+			t.Fatalf("key create: exit %d, %q %q", code, out, errOut)
+		}
+		time.Sleep(1100 * time.Millisecond) // the server rechecks for keys once a second
+		if code, out, _ := cli(t, bin, append(env, "MCPBOX_API_KEY="+key), dir, "exec", "print(1)"); code != 0 || out != "1\n" {
+			t.Errorf("with the key: exit %d, %q", code, out)
+		}
+		_, _, errOut = cli(t, bin, env, dir, "exec", "print(1)")
+		if !strings.Contains(errOut, "needs an API key") || strings.Contains(errOut, "cannot reach") {
+			t.Errorf("no key: %q", errOut)
+		}
+		_, _, errOut = cli(t, bin, append(env, "MCPBOX_API_KEY=mcpbox_wrong"), dir, "exec", "print(1)")
+		if !strings.Contains(errOut, "refused the API key in MCPBOX_API_KEY: it is unknown or has been revoked") || strings.Contains(errOut, "cannot reach") {
+			t.Errorf("a wrong key: %q", errOut)
+		}
+		_, out, _ = cli(t, bin, env, dir, "key", "list", "--json")
+		var keys []struct{ ID string }
+		json.Unmarshal([]byte(out), &keys)
+		for _, k := range keys {
+			cli(t, bin, env, dir, "key", "revoke", k.ID)
+		}
+		time.Sleep(1100 * time.Millisecond)
+		// No live key is left: the server is open again, so the revoked
+		// key is refused only while another key lives. Make one.
+		cli(t, bin, env, dir, "key", "create", "--owner", "bob")
+		time.Sleep(1100 * time.Millisecond)
+		_, _, errOut = cli(t, bin, append(env, "MCPBOX_API_KEY="+key), dir, "exec", "print(1)")
+		if !strings.Contains(errOut, "refused the API key") || strings.Contains(errOut, "cannot reach") {
+			t.Errorf("a revoked key: %q", errOut)
+		}
+		// The server still answers an unreachable URL differently.
+		_, _, errOut = cli(t, bin, []string{"MCPBOX_URL=http://127.0.0.1:" + itoa(freePort(t))}, dir, "exec", "print(1)")
+		if !strings.Contains(errOut, "cannot reach mcpbox") {
+			t.Errorf("no server: %q", errOut)
+		}
+	})
+
+	t.Run("ctrl-c says what it left running", func(t *testing.T) {
+		if kept == "" {
+			t.Skip("no session was kept")
+		}
+		p.cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-p.done:
+		case <-time.After(20 * time.Second):
+			t.Fatal("serve did not exit 20 s after Ctrl-C")
+		}
+		stopped = true
+		log := p.log.String()
+		if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+			t.Errorf("serve exited %d after Ctrl-C, want 0", code)
+		}
+		for _, want := range []string{"interrupted; shutting down", "left running", kept, "to stop them now, run `mcpbox serve --stop-sessions-on-exit`"} {
+			if !strings.Contains(log, want) {
+				t.Errorf("shutdown log lacks %q:\n%s", want, log)
+			}
+		}
+		if resp, err := http.Get(s.url + "/healthz"); err == nil {
+			resp.Body.Close()
+			t.Error("serve still answers after Ctrl-C")
+		}
+	})
+}
+
+func itoa(n int) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
