@@ -18,6 +18,7 @@ import (
 	"github.com/mcpbox/mcpbox/adapter/e2b"
 	"github.com/mcpbox/mcpbox/adapter/httpserver"
 	"github.com/mcpbox/mcpbox/adapter/mcpserver"
+	"github.com/mcpbox/mcpbox/egress"
 	"github.com/mcpbox/mcpbox/hosted"
 	"github.com/mcpbox/mcpbox/internal/config"
 	"github.com/mcpbox/mcpbox/manager"
@@ -67,6 +68,7 @@ type stack struct {
 	mgr    *manager.Manager
 	mcp    *mcpserver.Server
 	hosted *hosted.Hosts // hosted MCP servers, for serve and mcp
+	egress *egress.Proxy // the egress proxy sandboxes reach the network through
 	report *manager.RecoverReport
 	close  func()
 }
@@ -86,7 +88,11 @@ type stackOptions struct {
 // shares its store: the store's leases decide which one maintains it, and
 // recovery only touches what no live process looks after.
 func (m *Main) open(ctx context.Context, c config.Config, log *slog.Logger, so stackOptions) (*stack, error) {
-	rt, err := local.New(&local.Options{Home: c.Home, Logger: log})
+	eg, policies, err := newEgress(c, log)
+	if err != nil {
+		return nil, err
+	}
+	rt, err := local.New(&local.Options{Home: c.Home, Logger: log, Egress: eg})
 	if err != nil {
 		return nil, err
 	}
@@ -94,8 +100,8 @@ func (m *Main) open(ctx context.Context, c config.Config, log *slog.Logger, so s
 	if err != nil {
 		return nil, err
 	}
-	s := &stack{rt: rt, st: st}
-	closers := []func(){func() { st.Close() }}
+	s := &stack{rt: rt, st: st, egress: eg}
+	closers := []func(){func() { eg.Close() }, func() { st.Close() }}
 	s.close = func() {
 		for i := len(closers) - 1; i >= 0; i-- {
 			closers[i]()
@@ -128,11 +134,13 @@ func (m *Main) open(ctx context.Context, c config.Config, log *slog.Logger, so s
 		VolumeRoots: c.VolumeRoots, Volumes: vols,
 		HostCPUs: cpus, HostMemoryBytes: mem, Overcommit: c.Overcommit, LeaseTTL: c.LeaseTTL,
 		MaxBackgroundCommands: c.MaxBackgroundCommands, MaxOutputBytes: int64(c.MaxOutputBytes), MaxFileBytes: int64(c.MaxFileBytes),
+		Egress: eg, DefaultNetwork: c.Network,
 	})
 	if err != nil {
 		s.close()
 		return nil, err
 	}
+	policies.set(s.mgr)
 	closers = append(closers, func() { s.mgr.Close(context.WithoutCancel(ctx)) })
 	if so.recover {
 		if s.report, err = s.mgr.Recover(ctx); err != nil {
@@ -182,7 +190,8 @@ func (m *Main) serve(ctx context.Context, c config.Config) error {
 	defer s.close()
 	h = httpserver.New(httpserver.Options{MCP: s.mcp, Manager: s.mgr, Keys: s.st, Version: mcpbox.Version,
 		Runtime: runtimeName(s.rt), CORSOrigins: c.CORSOrigins, MaxBodyBytes: int64(c.MaxBodyMB) << 20, Logger: log,
-		BodyTimeout: c.HTTPBodyTimeout, IdleTimeout: c.HTTPIdleTimeout, MaxConns: c.MaxConnections})
+		BodyTimeout: c.HTTPBodyTimeout, IdleTimeout: c.HTTPIdleTimeout, MaxConns: c.MaxConnections,
+		Registry: metricsRegistry(s.egress)})
 
 	keys, err := s.st.ListKeys(ctx)
 	if err != nil {

@@ -76,6 +76,17 @@ type Config struct {
 	// Volumes, host_path:sandbox_path[:ro], are mapped into every session.
 	Volumes []string `yaml:"volumes"`
 
+	// Network is the network policy of sessions created without one
+	// (public, allow, deny); left out, they have no network.
+	Network *mcpbox.NetworkPolicy `yaml:"network"`
+	// EgressMaxConnectionsPerSession bounds one session's open connections
+	// through the egress proxy; EgressMaxConnections all sessions'
+	// together (0: a quarter of the process's descriptor limit);
+	// EgressBytesPerSecond one session's bandwidth (0: unbounded).
+	EgressMaxConnectionsPerSession int   `yaml:"egress_max_connections_per_session" env:"MCPBOX_EGRESS_MAX_CONNECTIONS_PER_SESSION"`
+	EgressMaxConnections           int   `yaml:"egress_max_connections" env:"MCPBOX_EGRESS_MAX_CONNECTIONS"`
+	EgressBytesPerSecond           int64 `yaml:"egress_bytes_per_second" env:"MCPBOX_EGRESS_BYTES_PER_SECOND"`
+
 	// ServersFile holds the hosted MCP server definitions (e2b-mcp's
 	// servers.json format); default servers.json beside the config file.
 	ServersFile string `yaml:"servers_file" env:"MCPBOX_SERVERS_FILE"`
@@ -118,6 +129,7 @@ func Default() Config {
 		LogLevel: "info", MaxBodyMB: 64,
 		HTTPBodyTimeout: time.Minute, HTTPIdleTimeout: 2 * time.Minute, MaxConnections: 1024,
 		ServersFile: DefaultServersFile(), Gateway: true,
+		EgressMaxConnectionsPerSession: 256, EgressBytesPerSecond: 100 << 20,
 	}
 }
 
@@ -211,6 +223,12 @@ func set(f reflect.Value, s string) error {
 			}
 		}
 		f.Set(reflect.ValueOf(list))
+	case int64:
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return errors.New("not a whole number")
+		}
+		f.SetInt(n)
 	case float64:
 		n, err := strconv.ParseFloat(s, 64)
 		if err != nil {
@@ -286,6 +304,18 @@ func (c Config) Validate() error {
 		if _, err := mcpbox.ParseVolume(v); err != nil {
 			bad(fmt.Sprintf("volumes[%d]", i), "%v", err)
 		}
+	}
+	if err := c.Network.Validate(); err != nil {
+		bad("network", "%v", err)
+	}
+	if c.EgressMaxConnectionsPerSession < 1 {
+		bad("egress_max_connections_per_session", "must be at least 1, got %d", c.EgressMaxConnectionsPerSession)
+	}
+	if c.EgressMaxConnections < 0 {
+		bad("egress_max_connections", "must be 0 (automatic) or more, got %d", c.EgressMaxConnections)
+	}
+	if c.EgressBytesPerSecond < 0 {
+		bad("egress_bytes_per_second", "must be 0 (unbounded) or more, got %d", c.EgressBytesPerSecond)
 	}
 	for i, p := range c.Pools {
 		if p.Size < 0 || p.Size > c.MaxSessions {
