@@ -188,7 +188,7 @@ func (m *Main) serve(ctx context.Context, c config.Config) error {
 		return err
 	}
 	defer s.close()
-	h = httpserver.New(httpserver.Options{MCP: s.mcp, Manager: s.mgr, Keys: s.st, Version: mcpbox.Version,
+	h = httpserver.New(httpserver.Options{MCP: s.mcp, Manager: s.mgr, Keys: s.st, Version: mcpbox.Version, Hosted: s.hosted,
 		Runtime: runtimeName(s.rt), CORSOrigins: c.CORSOrigins, MaxBodyBytes: int64(c.MaxBodyMB) << 20, Logger: log,
 		BodyTimeout: c.HTTPBodyTimeout, IdleTimeout: c.HTTPIdleTimeout, MaxConns: c.MaxConnections,
 		Registry: metricsRegistry(s.egress)})
