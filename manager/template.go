@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	"github.com/mcpbox/mcpbox"
@@ -31,6 +32,13 @@ func (m *Manager) resolveTemplate(ctx context.Context, name string) (string, *mc
 			WithSuggestion("leave template out, or use \"default\"")
 	}
 	t, err := m.opts.Templates.Template(ctx, canon, nil)
+	var e *mcpbox.Error
+	if errors.As(err, &e) && e.Code == mcpbox.ENOTFOUND {
+		// To a create, a template that does not exist is a bad argument.
+		bad := *e
+		bad.Code = mcpbox.EINVALID
+		return "", nil, &bad
+	}
 	if err != nil {
 		return "", nil, err
 	}

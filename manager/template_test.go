@@ -42,7 +42,7 @@ func TestTemplateNames(t *testing.T) {
 		}
 	}
 	_, err := m.Create(ctx, "alice", manager.CreateRequest{Template: "nosuch"})
-	if mcpbox.ErrorCode(err) != mcpbox.ENOTFOUND || !strings.Contains(err.Error(), "code-interpreter, shonly") {
+	if mcpbox.ErrorCode(err) != mcpbox.EINVALID || !strings.Contains(err.Error(), "code-interpreter, shonly") {
 		t.Errorf("unknown template: %v", err)
 	}
 	s, err := m.Create(ctx, "alice", manager.CreateRequest{Template: "shonly"})
