@@ -21,6 +21,7 @@ import (
 	"github.com/mcpbox/mcpbox"
 	"github.com/mcpbox/mcpbox/internal/config"
 	"github.com/mcpbox/mcpbox/manager"
+	"github.com/mcpbox/mcpbox/template"
 )
 
 // interpreters maps a language to the program and flag that run code
@@ -34,6 +35,7 @@ var interpreters = map[mcpbox.Language][2]string{
 func (m *Main) runCommand() *cobra.Command {
 	var (
 		lang, flavor, file, event, imageDir string
+		tmpl                                string
 		timeout                             time.Duration
 		envs                                []string
 		cf                                  configFlags
@@ -81,8 +83,10 @@ paths printed on stderr.`,
 				return err
 			}
 			interp := interpreters[l]
-			if err := checkInterpreter(interp[0]); err != nil {
-				return err
+			if template.Canonical(tmpl) == mcpbox.HostTemplate {
+				if err := checkInterpreter(interp[0]); err != nil {
+					return err
+				}
 			}
 			if event != "" && l == mcpbox.Shell {
 				return mcpbox.Errorf(mcpbox.EINVALID, "--event (handler mode) needs --language python or javascript: shell code has no handler to call").
@@ -91,7 +95,7 @@ paths printed on stderr.`,
 			if event != "" && !json.Valid([]byte(event)) {
 				return mcpbox.Errorf(mcpbox.EINVALID, "--event %q is not valid JSON", event)
 			}
-			req := manager.CreateRequest{Flavor: flavor, Env: env, TTL: timeout + time.Minute, Ephemeral: true}
+			req := manager.CreateRequest{Template: tmpl, Flavor: flavor, Env: env, TTL: timeout + time.Minute, Ephemeral: true}
 			// Python always runs in its kernel; JavaScript does for handler
 			// mode, which the kernel provides.
 			if l == mcpbox.Python || event != "" {
@@ -108,6 +112,7 @@ paths printed on stderr.`,
 	f := cmd.Flags()
 	f.StringVarP(&lang, "language", "l", "python", "python, javascript or shell")
 	f.StringVar(&flavor, "flavor", mcpbox.DefaultFlavor, "sandbox size: small, medium, large or one from the config")
+	f.StringVar(&tmpl, "template", "", "the sandbox's root filesystem: default (the host's), or one of `mcpbox template ls`")
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "kill the program after this long (at most 1h)")
 	f.StringArrayVarP(&envs, "env", "e", nil, "set an environment variable, K=V (repeatable)")
 	f.StringVarP(&file, "file", "f", "", "read the code from this file")
