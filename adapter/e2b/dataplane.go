@@ -96,6 +96,12 @@ func (h *Handler) serveData(w http.ResponseWriter, r *http.Request, id, port str
 			for _, k := range hopHeaders {
 				pr.Out.Header.Del(k)
 			}
+			// Basic "user:" names envd's user; anything else (a bearer
+			// API key sent by mistake) is a credential the sandbox has no
+			// business seeing.
+			if a := pr.Out.Header.Get("Authorization"); a != "" && !strings.HasPrefix(a, "Basic ") {
+				pr.Out.Header.Del("Authorization")
+			}
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {

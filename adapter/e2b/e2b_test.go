@@ -404,6 +404,19 @@ func TestDataPlane(t *testing.T) {
 		}
 	})
 
+	t.Run("only Basic user names reach the agent", func(t *testing.T) {
+		req := []byte(`{"process":{"cmd":"/bin/sh","args":["-c","echo hi"]}}`)
+		env := make([]byte, 5, 5+len(req))
+		binary.BigEndian.PutUint32(env[1:], uint32(len(req)))
+		hdr := routed(mine.SandboxID, mine.EnvdAccessToken)
+		hdr["Content-Type"], hdr["Connect-Protocol-Version"] = "application/connect+json", "1"
+		hdr["Authorization"] = "Bearer " + a
+		resp, body := f.data("POST", "/process.Process/Start", hdr, append(env, req...))
+		if resp.StatusCode != 200 || !strings.Contains(string(body), `"start"`) || strings.Contains(string(body), "error") {
+			t.Errorf("Start with a bearer key: %d %q", resp.StatusCode, body)
+		}
+	})
+
 	t.Run("a stream's first event arrives at once", func(t *testing.T) {
 		req := []byte(`{"process":{"cmd":"/bin/sh","args":["-c","sleep 3; echo done"]},"stdin":false}`)
 		env := make([]byte, 5, 5+len(req))
