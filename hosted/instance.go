@@ -261,6 +261,14 @@ func (in *instance) ended(r *running, end *manager.ProcessEnd, err error) {
 		return
 	}
 	in.run = nil
+	if s, gerr := in.h.opts.Manager.Get(context.Background(), in.owner, r.sessionID); gerr != nil || s.State != mcpbox.SessionRunning {
+		// Its session ended (stopped, expired, mcpbox shutting down):
+		// not the server's fault. The next use starts it in a new one.
+		in.mu.Unlock()
+		in.h.log.Info("hosted server's session ended", "server", in.name, "owner", in.owner, "session", r.sessionID)
+		go in.stopRunning(r)
+		return
+	}
 	if time.Since(r.started) > stableRun {
 		in.crashes = 0
 	}

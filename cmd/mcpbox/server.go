@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpbox/mcpbox"
+	"github.com/mcpbox/mcpbox/adapter/httpserver"
 	"github.com/mcpbox/mcpbox/hosted"
 	"github.com/mcpbox/mcpbox/internal/config"
 )
@@ -113,34 +114,6 @@ func envNames(env map[string]string) []string {
 	return names
 }
 
-// serverView is a definition as list shows it: env values are secrets,
-// so only their names appear.
-type serverView struct {
-	Name            string                `json:"name"`
-	Command         string                `json:"command"`
-	Description     string                `json:"description,omitempty"`
-	Env             []string              `json:"env,omitempty"`
-	InstallCommands []string              `json:"install_commands,omitempty"`
-	TimeoutMinutes  float64               `json:"timeout_minutes"`
-	Template        string                `json:"template,omitempty"`
-	Network         *mcpbox.NetworkPolicy `json:"network,omitempty"`
-	Volumes         []string              `json:"volumes,omitempty"`
-	Scope           string                `json:"scope"`
-}
-
-func viewOf(s hosted.Server) serverView {
-	v := serverView{Name: s.Name, Command: s.Command, Description: s.Description, Env: envNames(s.Env),
-		InstallCommands: s.InstallCommands, TimeoutMinutes: s.TimeoutMinutes, Template: s.Template,
-		Network: s.Network, Volumes: s.Volumes, Scope: s.Scope}
-	if v.TimeoutMinutes == 0 {
-		v.TimeoutMinutes = hosted.DefaultTimeoutMinutes
-	}
-	if v.Scope == "" {
-		v.Scope = hosted.ScopeOwner
-	}
-	return v
-}
-
 func (m *Main) serverListCommand() *cobra.Command {
 	var f serversFlags
 	var asJSON bool
@@ -149,10 +122,10 @@ func (m *Main) serverListCommand() *cobra.Command {
 		Short: "List the hosted MCP servers (against MCPBOX_URL when set)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var list []serverView
+			var list []httpserver.ServerView
 			if rc := restClient(); rc != nil {
 				var out struct {
-					Servers []serverView `json:"servers"`
+					Servers []httpserver.ServerView `json:"servers"`
 				}
 				if err := rc.do(cmd.Context(), "GET", "/v1/servers", nil, &out, nil); err != nil {
 					return err
@@ -169,12 +142,12 @@ func (m *Main) serverListCommand() *cobra.Command {
 					return err
 				}
 				for _, s := range servers {
-					list = append(list, viewOf(s))
+					list = append(list, httpserver.ViewOf(s))
 				}
 			}
 			if asJSON {
 				if list == nil {
-					list = []serverView{}
+					list = []httpserver.ServerView{}
 				}
 				return writeIndented(m.Stdout, list)
 			}

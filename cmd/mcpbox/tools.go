@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpbox/mcpbox"
+	"github.com/mcpbox/mcpbox/adapter/httpserver"
 	"github.com/mcpbox/mcpbox/hosted"
 )
 
@@ -63,19 +64,10 @@ func (m *Main) printProgress(p hosted.Progress) {
 	}
 }
 
-// toolView is a tool as `tools list --json` prints it (e2b-mcp's fields).
-type toolView struct {
-	Name         string `json:"name"`
-	Description  string `json:"description"`
-	InputSchema  any    `json:"input_schema"`
-	OutputSchema any    `json:"output_schema,omitempty"`
-	ServerName   string `json:"server_name"`
-}
-
-func toolViews(server string, tools []*mcp.Tool) []toolView {
-	out := make([]toolView, 0, len(tools))
+func toolViews(server string, tools []*mcp.Tool) []httpserver.ToolView {
+	out := make([]httpserver.ToolView, 0, len(tools))
 	for _, t := range tools {
-		out = append(out, toolView{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema, OutputSchema: t.OutputSchema, ServerName: server})
+		out = append(out, httpserver.ToolView{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema, OutputSchema: t.OutputSchema, ServerName: server})
 	}
 	return out
 }
@@ -94,10 +86,10 @@ func (m *Main) toolsListCommand() *cobra.Command {
 		Short: "List a hosted server's tools (starting it if needed)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var tools []toolView
+			var tools []httpserver.ToolView
 			if rc := restClient(); rc != nil {
 				var out struct {
-					Tools []toolView `json:"tools"`
+					Tools []httpserver.ToolView `json:"tools"`
 				}
 				if err := rc.do(cmd.Context(), "GET", "/v1/servers/"+url.PathEscape(args[0])+"/tools", nil, &out, nil); err != nil {
 					return err
