@@ -256,7 +256,7 @@ func (m *Main) serve(ctx context.Context, c config.Config) error {
 		stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		n, err := s.mgr.StopAll(stopCtx)
-		fmt.Fprintf(m.Stderr, "mcpbox: stopped %d sessions on exit\n", n)
+		fmt.Fprintf(m.Stderr, "mcpbox: stopped %d %s on exit\n", n, plural(n, "session", "sessions"))
 		return err
 	}
 	m.sayLeftRunning(s)
