@@ -261,15 +261,24 @@ test("files", async (t) => {
     assert.equal(await sbx.files.exists("/tmp/d"), false);
   });
 
-  await t.test("watchDir sees a new file", async () => {
+  await t.test("file metadata round-trips", async () => {
+    const w = await sbx.files.write("/tmp/meta.txt", "m", { metadata: { author: "e2e", step: "1" } });
+    assert.deepEqual(w.metadata, { author: "e2e", step: "1" });
+    assert.deepEqual((await sbx.files.getInfo("/tmp/meta.txt")).metadata, { author: "e2e", step: "1" });
+    const listed = (await sbx.files.list("/tmp")).find((e) => e.name === "meta.txt");
+    assert.deepEqual(listed.metadata, { author: "e2e", step: "1" });
+  });
+
+  await t.test("watchDir sees a new file, with its entry when asked", async () => {
     await sbx.files.makeDir("/tmp/w");
     const events = [];
-    const w = await sbx.files.watchDir("/tmp/w", (e) => events.push(e));
+    const w = await sbx.files.watchDir("/tmp/w", (e) => events.push(e), { includeEntry: true });
     await sbx.files.write("/tmp/w/new.txt", "x");
     for (let i = 0; i < 50 && !events.some((e) => e.name === "new.txt"); i++) await new Promise((r) => setTimeout(r, 100));
     await w.stop();
     assert.ok(events.some((e) => e.name === "new.txt" && (e.type === FilesystemEventType.CREATE || e.type === FilesystemEventType.WRITE)),
       JSON.stringify(events));
+    assert.ok(events.some((e) => e.entry?.path === "/tmp/w/new.txt" && e.entry.type === FileType.FILE), JSON.stringify(events));
   });
 });
 

@@ -175,6 +175,8 @@ type uploaded struct {
 	Path string `json:"path"`
 	Name string `json:"name"`
 	Type string `json:"type"`
+	// Metadata is what the upload stored on the file (X-Metadata-*).
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // uploadError carries the HTTP status of a failed write.
@@ -188,12 +190,17 @@ func (e *uploadError) Error() string { return e.msg }
 func (s *Service) upload(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Query().Get("path")
 	o, _ := s.ownerOf(r.URL.Query().Get("username")) // checked by FilesHandler
+	md, err := uploadMetadata(r.Header)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	o.metadata = md
 	if r.ContentLength > s.opts.MaxFileBytes {
 		writeError(w, http.StatusRequestEntityTooLarge, s.tooLarge(path))
 		return
 	}
 	var out []uploaded
-	var err error
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if mt == "multipart/form-data" {
 		out, err = s.uploadMultipart(r, path, o)
@@ -315,6 +322,12 @@ func (s *Service) write(path string, body io.Reader, o owner) (*uploaded, error)
 		os.Remove(p)
 		return nil, &uploadError{http.StatusRequestEntityTooLarge, s.tooLarge(path)}
 	}
+	if err == nil && len(o.metadata) > 0 {
+		if merr := setMetadata(p, o.metadata); merr != nil {
+			os.Remove(p)
+			return nil, &uploadError{http.StatusBadRequest, fmt.Sprintf("%s: %v", path, merr)}
+		}
+	}
 	if err != nil {
 		os.Remove(p)
 		if src.err != nil {
@@ -325,7 +338,7 @@ func (s *Service) write(path string, body io.Reader, o owner) (*uploaded, error)
 		}
 		return nil, &uploadError{statusOf(err), fmt.Sprintf("%s: %v", path, err)}
 	}
-	return &uploaded{Path: clean, Name: filepath.Base(clean), Type: "file"}, nil
+	return &uploaded{Path: clean, Name: filepath.Base(clean), Type: "file", Metadata: o.metadata}, nil
 }
 
 // bodyReader remembers a read error, so that a truncated or malformed

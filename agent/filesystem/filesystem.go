@@ -184,6 +184,7 @@ func (s *Service) entry(p string) (*filesystempb.EntryInfo, error) {
 		e.Owner = s.name("passwd", st.Uid)
 		e.Group = s.name("group", st.Gid)
 	}
+	e.Metadata = readMetadata(p)
 	return e, nil
 }
 
@@ -208,15 +209,19 @@ func (s *Service) name(file string, id uint32) string {
 // owner is who owns what a request creates: the sandbox user, or root
 // when the request names it (envd's user: Authorization: Basic "root:" on
 // RPCs, ?username=root on /files).
-type owner struct{ uid, gid int }
+type owner struct {
+	uid, gid int
+	// metadata is stored on the files an upload writes.
+	metadata map[string]string
+}
 
 // ownerOf returns the owner a request names; an unknown user is an error.
 func (s *Service) ownerOf(name string) (owner, error) {
 	switch name {
 	case "", "user":
-		return owner{s.opts.Uid, s.opts.Gid}, nil
+		return owner{uid: s.opts.Uid, gid: s.opts.Gid}, nil
 	case "root":
-		return owner{0, 0}, nil
+		return owner{uid: 0, gid: 0}, nil
 	}
 	return owner{}, fmt.Errorf("unknown user %q: use user or root", name)
 }

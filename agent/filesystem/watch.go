@@ -28,9 +28,12 @@ type watcher struct {
 	root      string
 	recursive bool
 	fsw       *fsnotify.Watcher
+	// entry, when set, describes the entry of each event (envd's
+	// include_entry); nil leaves events without one.
+	entry func(p string) (*filesystempb.EntryInfo, error)
 }
 
-func (s *Service) newWatcher(path string, recursive bool) (*watcher, error) {
+func (s *Service) newWatcher(path string, recursive, includeEntry bool) (*watcher, error) {
 	p, err := s.rpcPath(path)
 	if err != nil {
 		return nil, err
@@ -45,6 +48,9 @@ func (s *Service) newWatcher(path string, recursive bool) (*watcher, error) {
 		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("watch %s: %w", path, err))
 	}
 	w := &watcher{root: p, recursive: recursive, fsw: fsw}
+	if includeEntry {
+		w.entry = s.entry
+	}
 	if err := w.add(p); err != nil {
 		fsw.Close()
 		return nil, rpcError(path, err)
@@ -116,12 +122,19 @@ func (w *watcher) convert(ev fsnotify.Event) *filesystempb.FilesystemEvent {
 	if err != nil {
 		name = filepath.Base(ev.Name)
 	}
-	return &filesystempb.FilesystemEvent{Name: name, Type: t}
+	out := &filesystempb.FilesystemEvent{Name: name, Type: t}
+	if w.entry != nil {
+		// Not for an entry gone by now (removed, renamed away).
+		if e, err := w.entry(ev.Name); err == nil {
+			out.Entry = e
+		}
+	}
+	return out
 }
 
 // WatchDir streams events under a directory until the client leaves.
 func (s *Service) WatchDir(ctx context.Context, req *connect.Request[filesystempb.WatchDirRequest], stream *connect.ServerStream[filesystempb.WatchDirResponse]) error {
-	w, err := s.newWatcher(req.Msg.GetPath(), req.Msg.GetRecursive())
+	w, err := s.newWatcher(req.Msg.GetPath(), req.Msg.GetRecursive(), req.Msg.GetIncludeEntry())
 	if err != nil {
 		return err
 	}
@@ -181,7 +194,7 @@ type pollWatcher struct {
 
 // CreateWatcher starts a watcher whose events are collected by polling.
 func (s *Service) CreateWatcher(_ context.Context, req *connect.Request[filesystempb.CreateWatcherRequest]) (*connect.Response[filesystempb.CreateWatcherResponse], error) {
-	w, err := s.newWatcher(req.Msg.GetPath(), req.Msg.GetRecursive())
+	w, err := s.newWatcher(req.Msg.GetPath(), req.Msg.GetRecursive(), req.Msg.GetIncludeEntry())
 	if err != nil {
 		return nil, err
 	}
