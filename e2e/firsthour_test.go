@@ -218,3 +218,103 @@ func itoa(n int) string {
 	b, _ := json.Marshal(n)
 	return string(b)
 }
+
+// TestMakeRun runs `make run` as the README says, and checks that it
+// serves the version `make build` stamps, that every endpoint `make help`
+// advertises exists, and that Ctrl-C stops it without an error from make.
+// It builds ./bin/mcpbox in the repository, as `make build` does.
+func TestMakeRun(t *testing.T) {
+	testutil.RequireRoot(t)
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed (apt-get install make)")
+	}
+	home := testutil.Home(t)
+	port := itoa(freePort(t))
+	help, err := exec.Command("make", "-s", "-C", "..", "help").Output()
+	if err != nil {
+		t.Fatalf("make help: %v", err)
+	}
+	m := regexp.MustCompile(`make build +build \./bin/mcpbox, version (\S+)`).FindSubmatch(help)
+	if m == nil {
+		t.Fatalf("make help does not say which version make build stamps:\n%s", help)
+	}
+	version := string(m[1])
+
+	cmd := exec.Command("make", "-s", "-C", "..", "run", "ARGS=--port "+port)
+	cmd.Env = append(os.Environ(), "MCPBOX_HOME="+home)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // Ctrl-C goes to the whole group
+	log := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+		if t.Failed() {
+			t.Logf("make run:\n%s", log.String())
+		}
+	})
+	url := "http://127.0.0.1:" + port
+	var health struct{ Version string }
+	for i := 0; ; i++ {
+		resp, err := http.Get(url + "/healthz")
+		if err == nil {
+			json.NewDecoder(resp.Body).Decode(&health)
+			resp.Body.Close()
+			break
+		}
+		select {
+		case <-done:
+			t.Fatalf("make run ended before serving")
+		case <-time.After(200 * time.Millisecond):
+		}
+		if i > 1500 {
+			t.Fatal("make run did not serve within 5 minutes")
+		}
+	}
+	if health.Version != version {
+		t.Errorf("make run serves version %q, make build stamps %q", health.Version, version)
+	}
+
+	// Every path make help names answers (a 404 would be an endpoint that
+	// does not exist).
+	runLine := regexp.MustCompile(`(?m)^make run .*$`).Find(help)
+	paths := regexp.MustCompile(`(?::8080|[\s(,])(/[a-z]+)`).FindAllSubmatch(runLine, -1)
+	if len(paths) < 3 {
+		t.Fatalf("make help names only %d endpoints:\n%s", len(paths), help)
+	}
+	for _, p := range paths {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+string(p[1]), nil)
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Errorf("GET %s: %v", p[1], err)
+		} else {
+			if resp.StatusCode == http.StatusNotFound {
+				t.Errorf("make help advertises %s, which is a 404", p[1])
+			}
+			resp.Body.Close()
+		}
+		cancel()
+	}
+
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("make run still runs 30 s after Ctrl-C")
+	}
+	out := log.String()
+	for _, want := range []string{"interrupted; shutting down", "no sessions left running"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("make run's output lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "make: ***") {
+		t.Errorf("make reported an error after Ctrl-C:\n%s", out)
+	}
+}
