@@ -1,0 +1,93 @@
+// The gateway through the MCP TypeScript SDK's client: hosted servers'
+// tools listed with their server's prefix, called, with progress and
+// cancellation, and list_changed when a hosted server's tools change.
+// hosted_test.go runs this file with node --test, with MCPBOX_URL (a
+// running `mcpbox serve` hosting everything, memory, fs and py),
+// MCPBOX_BIN, MCPBOX_HOME and MCPBOX_CONFIG set.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport, getDefaultEnvironment } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
+
+const base = process.env.MCPBOX_URL;
+const transports = {
+  stdio: () => new StdioClientTransport({
+    command: process.env.MCPBOX_BIN, args: ["mcp", "--config", process.env.MCPBOX_CONFIG],
+    env: { ...getDefaultEnvironment(), MCPBOX_HOME: process.env.MCPBOX_HOME, MCPBOX_SERVERS_FILE: process.env.MCPBOX_SERVERS_FILE },
+    stderr: "ignore",
+  }),
+  "streamable-http": () => new StreamableHTTPClientTransport(new URL(base + "/mcp")),
+};
+
+const text = (res) => res.content.filter((c) => c.type === "text").map((c) => c.text).join("");
+
+for (const [name, make] of Object.entries(transports)) {
+  test(name, async (t) => {
+    const client = new Client({ name: "mcpbox-hosted-e2e", version: "1.0.0" });
+    let changed = 0;
+    client.setNotificationHandler(ToolListChangedNotificationSchema, () => { changed++; });
+    await client.connect(make());
+    t.after(() => client.close());
+
+    await t.test("lists hosted tools with their server's prefix", async () => {
+      const { tools } = await client.listTools();
+      const names = tools.map((x) => x.name);
+      for (const want of ["execute_code", "everything__echo", "everything__trigger-long-running-operation",
+        "memory__create_entities", "memory__read_graph", "fs__list_directory", "py__add_tool"]) {
+        assert.ok(names.includes(want), `${want} missing from ${names}`);
+      }
+      for (const n of names) assert.match(n, /^[a-zA-Z0-9_-]{1,64}$/);
+      const echo = tools.find((x) => x.name === "everything__echo");
+      assert.ok(echo.inputSchema.properties.message, "the hosted tool's schema comes along");
+    });
+
+    await t.test("calls a hosted tool", async () => {
+      const res = await client.callTool({ name: "everything__echo", arguments: { message: "hi " + name } });
+      assert.ok(!res.isError, text(res));
+      assert.match(text(res), new RegExp("hi " + name));
+    });
+
+    await t.test("keeps a warm server's state", async () => {
+      const entity = "e2e-" + name;
+      const made = await client.callTool({ name: "memory__create_entities",
+        arguments: { entities: [{ name: entity, entityType: "test", observations: ["from " + name] }] } });
+      assert.ok(!made.isError, text(made));
+      const graph = await client.callTool({ name: "memory__read_graph", arguments: {} });
+      assert.match(text(graph), new RegExp(entity));
+    });
+
+    await t.test("passes progress through", async () => {
+      const seen = [];
+      const res = await client.callTool({ name: "everything__trigger-long-running-operation", arguments: { duration: 1, steps: 4 } },
+        undefined, { onprogress: (p) => seen.push(p) });
+      assert.ok(!res.isError, text(res));
+      const mine = seen.filter((p) => p.total === 4);
+      assert.ok(mine.length >= 4, `progress from the hosted server: ${JSON.stringify(seen)}`);
+      for (let i = 1; i < seen.length; i++) assert.ok(seen[i].progress > seen[i - 1].progress, "progress increases");
+    });
+
+    await t.test("cancels a hosted call", async () => {
+      const ac = new AbortController();
+      const started = Date.now();
+      const call = client.callTool({ name: "everything__trigger-long-running-operation", arguments: { duration: 60, steps: 60 } },
+        undefined, { signal: ac.signal, onprogress: () => ac.abort("enough") });
+      await assert.rejects(call);
+      // The server is free again: a next call answers.
+      const res = await client.callTool({ name: "everything__echo", arguments: { message: "after cancel" } });
+      assert.match(text(res), /after cancel/);
+      assert.ok(Date.now() - started < 50000, "the cancelled call did not run its minute");
+    });
+
+    await t.test("hears list_changed when a hosted server's tools change", async () => {
+      const before = changed;
+      const res = await client.callTool({ name: "py__add_tool", arguments: { name: "added_" + name.replace("-", "_") } });
+      assert.ok(!res.isError, text(res));
+      for (let i = 0; i < 200 && changed === before; i++) await new Promise((r) => setTimeout(r, 50));
+      assert.ok(changed > before, "notifications/tools/list_changed arrived");
+      const { tools } = await client.listTools();
+      assert.ok(tools.some((x) => x.name === "py__added_" + name.replace("-", "_")), "the new tool is listed");
+    });
+  });
+}
