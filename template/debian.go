@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/mcpbox/mcpbox"
@@ -141,11 +142,16 @@ func maps(dst, src map[string]string) {
 // mmdebstrap writes the root filesystem as a tar stream on its stdout,
 // which becomes the layer as it comes.
 func (s *Store) mmdebstrap(ctx context.Context, suite, mirror string, pkgs []string, r Recipe, tmp string, budget *int64, progress Progress) (string, applyStats, error) {
-	args := []string{"--variant=minbase", "--format=tar", "--verbose"}
+	// Recommends stay out: they would bring a compiler with pip.
+	args := []string{"--variant=minbase", "--format=tar", "--verbose", `--aptopt=APT::Install-Recommends "false"`}
+	prog := "mmdebstrap"
 	if s.rootless {
 		args = append(args, "--mode=unshare")
 	} else {
-		args = append(args, "--mode=root")
+		// As root it mounts /proc and /sys in its chroot: in a mount
+		// namespace of its own, they go when it goes, however it ends.
+		args = append([]string{"--mount", "--propagation", "private", "mmdebstrap", "--mode=root"}, args...)
+		prog = "unshare"
 	}
 	if len(pkgs) > 0 {
 		args = append(args, "--include="+strings.Join(pkgs, ","))
@@ -155,8 +161,11 @@ func (s *Store) mmdebstrap(ctx context.Context, suite, mirror string, pkgs []str
 	}
 	args = append(args, r.Hooks...)
 	args = append(args, suite, "-", mirror)
-	cmd := exec.CommandContext(ctx, "mmdebstrap", args...)
+	cmd := exec.CommandContext(ctx, prog, args...)
 	cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Cancelled: the whole group goes (apt and dpkg under it too).
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return "", applyStats{}, err
@@ -188,7 +197,10 @@ func (s *Store) debootstrap(ctx context.Context, suite, mirror string, pkgs []st
 		args = append(args, "--include="+strings.Join(pkgs, ","))
 	}
 	args = append(args, suite, root, mirror)
-	cmd := exec.CommandContext(ctx, "debootstrap", args...)
+	// In a mount namespace of its own, like mmdebstrap (which see).
+	cmd := exec.CommandContext(ctx, "unshare", append([]string{"--mount", "--propagation", "private", "debootstrap"}, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	tail, wait := relay(cmd, progress)
 	cmd.Stdout = cmd.Stderr
 	if err := cmd.Run(); err != nil {

@@ -209,7 +209,6 @@ func PythonImage(t testing.TB) v1.Image {
 	return pyImage
 }
 
-
 // ImportPythonImage imports PythonImage into the template store at
 // $home/templates as template name, as `mcpbox template import` does.
 func ImportPythonImage(t testing.TB, home, name string) {
