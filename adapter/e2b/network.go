@@ -7,8 +7,9 @@ import (
 )
 
 // setNetwork replaces a running sandbox's egress policy (PUT
-// /sandboxes/{id}/network).
-func (h *Handler) setNetwork(_ *http.Request, s *mcpbox.Session, p *mcpbox.NetworkPolicy) error {
-	return mcpbox.Errorf(mcpbox.EUNSUPPORTED, "changing the network of sandbox %q is not available yet: sandboxes have no network", s.ID).
-		WithSuggestion("leave the network as it is")
+// /sandboxes/{id}/network) through the manager, which refuses what its
+// egress proxy cannot enforce.
+func (h *Handler) setNetwork(r *http.Request, s *mcpbox.Session, p *mcpbox.NetworkPolicy) error {
+	_, err := h.mgr.SetNetwork(r.Context(), ownerOf(r), s.ID, p)
+	return err
 }

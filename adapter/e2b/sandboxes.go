@@ -67,21 +67,40 @@ type networkBody struct {
 	DenyOut  []string `json:"denyOut"`
 }
 
-// policy turns E2B's network fields into mcpbox's egress policy: nil is
-// no network, mcpbox's default.
+// policy turns E2B's network fields into mcpbox's egress policy: nil
+// when they say nothing (the server's default applies), an empty policy
+// (no network) for allow_internet_access false.
 func policy(allow *bool, n *networkBody) *mcpbox.NetworkPolicy {
 	var p *mcpbox.NetworkPolicy
-	if allow != nil && *allow {
-		p = &mcpbox.NetworkPolicy{Public: true}
+	if allow != nil {
+		p = &mcpbox.NetworkPolicy{Public: *allow}
 	}
 	if n != nil && (len(n.AllowOut) > 0 || len(n.DenyOut) > 0) {
 		if p == nil {
 			p = &mcpbox.NetworkPolicy{}
 		}
-		p.Allow, p.Deny = n.AllowOut, n.DenyOut
+		// E2B's "all traffic" is 0.0.0.0/0: allowed, it is every public
+		// address; denied, it is what a policy without Public already is.
+		for _, a := range n.AllowOut {
+			if a == allTraffic {
+				p.Public = true
+			} else {
+				p.Allow = append(p.Allow, a)
+			}
+		}
+		for _, d := range n.DenyOut {
+			if d == allTraffic {
+				p.Public = false
+			} else {
+				p.Deny = append(p.Deny, d)
+			}
+		}
 	}
 	return p
 }
+
+// allTraffic is the SDK's ALL_TRAFFIC selector.
+const allTraffic = "0.0.0.0/0"
 
 func (h *Handler) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
@@ -544,7 +563,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	out := []infoJSON{}
 	next := ""
 	for _, s := range all {
-		if tpl != "" && templateOf(s) != tpl {
+		if tpl != "" && templateOf(s) != tpl && (s.Template == "" || mcpbox.TemplateAliases[tpl] != s.Template) {
 			continue
 		}
 		if after != nil && !after.before(s) {
