@@ -229,3 +229,15 @@ func ImportPythonImage(t testing.TB, home, name string) {
 		t.Fatal(err)
 	}
 }
+
+// SingleFileImage is an image of one layer holding one file.
+func SingleFileImage(t testing.TB, name, body string) v1.Image {
+	t.Helper()
+	w := newLayer(t)
+	w.file(name, body, 0o644, 0)
+	img, err := mutate.AppendLayers(empty.Image, w.layer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}

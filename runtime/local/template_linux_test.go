@@ -2,6 +2,7 @@ package local_test
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -154,5 +155,37 @@ echo done`
 	want := "42\nkept\n1000 644\n1000 755\nstill-removed\n"
 	if out != want || res.ExitCode != 0 {
 		t.Errorf("new session from the commit: %q (stderr %q), want %q", out, errOut, want)
+	}
+}
+
+// TestTemplateWithoutLibc: the agent needs nothing from the image (it is
+// the host's binary, started before the root changes): a sandbox from an
+// image with no libc, no shell, nothing but a file serves files and
+// says clearly that a program is missing.
+func TestTemplateWithoutLibc(t *testing.T) {
+	rt := newRuntime(t)
+	s, err := rt.Templates()
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := testutil.SingleFileImage(t, "srv/data.txt", "only this\n")
+	if _, err := s.FromImage(context.Background(), "bare", img, "test", nil); err != nil {
+		t.Fatal(err)
+	}
+	_, c := newTemplateSandbox(t, rt, "bare")
+	rc, err := c.Download(context.Background(), "/srv/data.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(rc)
+	rc.Close()
+	if string(b) != "only this\n" {
+		t.Errorf("read %q", b)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = c.Run(ctx, agentclient.Command{Cmd: "python3", Args: []string{"-c", "1"}}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "python3") {
+		t.Errorf("a program the image lacks: %v", err)
 	}
 }
