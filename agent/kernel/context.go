@@ -264,6 +264,9 @@ type request struct {
 	Env    map[string]string `json:"env,omitempty"`
 	Marker string            `json:"marker"`
 	Event  *json.RawMessage  `json:"event,omitempty"`
+	// Timeout is the cell's timeout in seconds, which handler mode's
+	// context reports as the time remaining.
+	Timeout float64 `json:"timeout,omitempty"`
 	// Settle says the agent sent SIGINT during the previous cell: the
 	// JavaScript driver makes sure it is spent before this cell starts.
 	Settle bool `json:"settle,omitempty"`
@@ -380,7 +383,7 @@ func (c *kctx) execute(ctx context.Context, code string, env map[string]string, 
 	// No NUL: the shell driver frames cells with NUL, and bash variables
 	// cannot hold one.
 	marker := "\x1emcpbox-end-" + hex.EncodeToString(b) + "\x1e"
-	msg, err := drivers[c.Language].encode(request{Code: code, Env: env, Marker: marker, Event: event, Settle: k.interrupted})
+	msg, err := drivers[c.Language].encode(request{Code: code, Env: env, Marker: marker, Event: event, Timeout: timeout.Seconds(), Settle: k.interrupted})
 	if err != nil {
 		out.send(Event{"type": "error", "name": "InvalidRequest", "value": err.Error(), "traceback": ""})
 		return

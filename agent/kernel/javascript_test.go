@@ -137,3 +137,22 @@ func TestJavaScriptHandlerPrecedence(t *testing.T) {
 		}
 	})
 }
+
+// TestHandlerContextCountsDownFromTheTimeout: the time a handler's
+// context says remains is the call's own timeout, not a fixed 30 s.
+func TestHandlerContextCountsDownFromTheTimeout(t *testing.T) {
+	url := serve(t, 0)
+	for lang, code := range map[string]string{
+		"python":     "def handler(event, context):\n    return context.get_remaining_time_in_millis()",
+		"javascript": "function handler(event, context) { return context.getRemainingTimeInMillis() }",
+	} {
+		evs := execute(t, url, map[string]any{"code": code, "language": lang, "event": 0, "timeout": 5})
+		rv := find(evs, "return_value")
+		if rv == nil {
+			t.Fatalf("%s: no return_value: %v", lang, evs)
+		}
+		if ms, _ := rv["value"].(float64); ms <= 3000 || ms > 5000 {
+			t.Errorf("%s: %v ms remain of a 5 s timeout", lang, rv["value"])
+		}
+	}
+}

@@ -136,7 +136,7 @@ async function runCell(req) {
     }).finally(() => clearInterval(poll));
   }
   if (value !== undefined) send({ type: 'result', text: util.inspect(value), is_main_result: true });
-  if ('event' in req) await callHandler(req.event, pickHandler(before));
+  if ('event' in req) await callHandler(req.event, pickHandler(before), req.timeout);
 }
 
 // handlers returns the handler candidates as they stand: the exported one
@@ -158,9 +158,11 @@ function pickHandler(before) {
   return typeof now.exported === 'function' ? now.exported : now.global;
 }
 
-async function callHandler(event, fn) {
+// callHandler calls fn Lambda-style; the context counts down from the
+// cell's timeout (seconds).
+async function callHandler(event, fn, timeout) {
   if (typeof fn !== 'function') throw new ReferenceError('handler mode needs a function: define handler(event, context), or set exports.handler or module.exports.handler');
-  const deadline = Date.now() + 30000;
+  const deadline = Date.now() + (timeout || 30) * 1000;
   const id = require('crypto').randomUUID();
   const context = {
     awsRequestId: id, aws_request_id: id, functionName: 'handler', function_name: 'handler',

@@ -153,13 +153,14 @@ def _run(code):
             _result(value, True)
 
 
-def _handler(event):
-    """Lambda-style: call handler(event, context) and send its JSON value."""
+def _handler(event, timeout):
+    """Lambda-style: call handler(event, context) and send its JSON value.
+    The context counts down from the cell's timeout."""
     import time, uuid
     fn = _globals.get("handler")
     if not callable(fn):
         raise NameError("handler mode needs a function handler(event, context)")
-    deadline = time.monotonic() + float(os.environ.get("MCPBOX_HANDLER_TIMEOUT", "30"))
+    deadline = time.monotonic() + float(timeout or 30)
 
     class Context:
         aws_request_id = str(uuid.uuid4())
@@ -230,7 +231,7 @@ def _cell(req):
         _send(type="started")
         _run(req["code"])
         if "event" in req:
-            _handler(req["event"])
+            _handler(req["event"], req.get("timeout"))
         _figures()
     finally:
         _running = False
