@@ -8,12 +8,15 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
 // EgressConfig is the sandbox's way out: a loopback port inside the
-// sandbox that every process's HTTP_PROXY and HTTPS_PROXY name, relayed
-// connection by connection to the host's egress proxy. The host's proxy
+// sandbox that every process's HTTP_PROXY and HTTPS_PROXY name. Each
+// connection accepted there is handed to the host's egress proxy over a
+// Unix socket (the socket itself, as SCM_RIGHTS, so the kernel moves the
+// bytes with no copy through the agent), or relayed over TCP. The host's proxy
 // tells sessions apart by the socket a connection arrives on, so
 // nothing the sandbox sends can claim another session's policy.
 type EgressConfig struct {
@@ -23,8 +26,11 @@ type EgressConfig struct {
 	// Upstream is where each connection is relayed: "unix:PATH" or
 	// "tcp:HOST:PORT".
 	Upstream string `json:"upstream"`
-	// MaxConns bounds the relayed connections open at once, so user code
-	// cannot use up the agent's descriptors; default 1024.
+	// MaxConns bounds the connections the agent holds at once (being
+	// handed over, or relayed over TCP), so user code cannot use up the
+	// agent's descriptors; default 1024. A connection handed to the
+	// proxy (over Unix) leaves the agent at once: the proxy's own
+	// per-session limit bounds those.
 	MaxConns int `json:"max_conns,omitempty"`
 
 	bound string // the address listened on, once started
@@ -144,12 +150,19 @@ func (r *relay) serve() {
 	}
 }
 
-// relay copies one connection to the host's proxy and back.
+// relay hands one connection to the host's proxy, or (over TCP, as on
+// Kubernetes) copies it there and back.
 func (r *relay) relay(c net.Conn) {
 	up, err := r.dialer.Dial(r.network, r.addr)
 	if err != nil {
 		answer(c, "502 Bad Gateway", "the host's egress proxy cannot be reached ("+err.Error()+"); the mcpbox process that looks after this sandbox may be restarting, retry shortly")
 		return
+	}
+	if uc, ok := up.(*net.UnixConn); ok {
+		if tc, ok := c.(*net.TCPConn); ok {
+			r.handOff(tc, uc)
+			return
+		}
 	}
 	if !r.track(c, up) {
 		return
@@ -166,6 +179,30 @@ func (r *relay) relay(c net.Conn) {
 	}
 	halfClose(up)
 	<-done
+}
+
+// HandoffByte starts a connection to the host's proxy that carries, as
+// SCM_RIGHTS, the sandbox process's own TCP connection: the proxy then
+// serves it directly and the kernel moves the bytes between it and the
+// outside without a copy through the agent. No HTTP method starts with
+// it, so the proxy tells a handed-off connection from a relayed stream
+// by its first byte.
+const HandoffByte = 'F'
+
+// handOff gives c to the proxy over up and lets go of both.
+func (r *relay) handOff(c *net.TCPConn, up *net.UnixConn) {
+	defer c.Close()
+	defer up.Close()
+	f, err := c.File()
+	if err != nil {
+		answer(c, "502 Bad Gateway", "handing the connection to the egress proxy failed: "+err.Error())
+		return
+	}
+	defer f.Close()
+	up.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if _, _, err := up.WriteMsgUnix([]byte{HandoffByte}, syscall.UnixRights(int(f.Fd())), nil); err != nil {
+		answer(c, "502 Bad Gateway", "handing the connection to the egress proxy failed: "+err.Error())
+	}
 }
 
 func (r *relay) track(cs ...net.Conn) bool {

@@ -26,6 +26,7 @@
 package egress
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -34,10 +35,12 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -134,7 +137,6 @@ type session struct {
 	sem   chan struct{}
 	rate  *rateLimiter
 	stats counters
-	tr    *http.Transport
 
 	mu      sync.Mutex
 	srv     *http.Server
@@ -148,14 +150,6 @@ func (p *Proxy) session(id string) *session {
 	if s == nil {
 		s = &session{id: id, p: p, sem: make(chan struct{}, p.opts.MaxConnsPerSession),
 			rate: newRateLimiter(p.opts.BytesPerSecond), tunnels: map[net.Conn]struct{}{}}
-		s.tr = &http.Transport{
-			Proxy:                 nil, // never chain to the host's own proxy settings
-			DialContext:           s.dialForTransport,
-			MaxIdleConnsPerHost:   4,
-			IdleConnTimeout:       30 * time.Second,
-			DisableCompression:    true,
-			ResponseHeaderTimeout: 5 * time.Minute,
-		}
 		p.sessions[id] = s
 	}
 	return s
@@ -211,16 +205,11 @@ func (p *Proxy) Serving(session string) bool {
 	return s != nil && s.srv != nil
 }
 
-// PolicyChanged drops session's idle upstream connections, which were
-// admitted under its old policy. New requests are checked anyway.
-func (p *Proxy) PolicyChanged(session string) {
-	p.mu.Lock()
-	s := p.sessions[session]
-	p.mu.Unlock()
-	if s != nil {
-		s.tr.CloseIdleConnections()
-	}
-}
+// PolicyChanged is told when session's policy changed. Nothing admitted
+// under the old one is kept for reuse (plain HTTP is one request per
+// connection), and every new request reads the policy afresh, so there
+// is nothing to drop: open tunnels carry on, as documented.
+func (p *Proxy) PolicyChanged(session string) {}
 
 // Close stops serving every session.
 func (p *Proxy) Close() error {
@@ -248,7 +237,6 @@ func (s *session) close() {
 	for c := range tunnels {
 		c.Close()
 	}
-	s.tr.CloseIdleConnections()
 }
 
 // limitListener admits a session's connections up to its limit and the
@@ -266,12 +254,15 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
+		if uc, ok := c.(*net.UnixConn); ok {
+			c = &handoffConn{unix: uc}
+		}
 		s.stats.conns.Add(1)
 		select {
 		case s.sem <- struct{}{}:
 		default:
 			s.refused("(connection limit)", fmt.Sprintf("too many connections: this session may hold %d at once", cap(s.sem)))
-			go refuseRaw(c, http.StatusTooManyRequests, fmt.Sprintf("this session already holds %d connections through the egress proxy, its limit; close some and retry", cap(s.sem)), false)
+			go refuseRaw(c, http.StatusTooManyRequests, fmt.Sprintf("this session already holds %d connections through the egress proxy, its limit; close some and retry", cap(s.sem)), true)
 			continue
 		}
 		select {
@@ -279,7 +270,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		default:
 			<-s.sem
 			s.refused("(connection limit)", "the egress proxy is at its limit for all sessions")
-			go refuseRaw(c, http.StatusServiceUnavailable, "the egress proxy holds as many connections as it may for all sessions; retry shortly", false)
+			go refuseRaw(c, http.StatusServiceUnavailable, "the egress proxy holds as many connections as it may for all sessions; retry shortly", true)
 			continue
 		}
 		s.stats.active.Add(1)
@@ -310,6 +301,178 @@ func (c *trackedConn) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return nil
+}
+
+// raw is the connection bytes really move on, for splice.
+func (c *trackedConn) raw() net.Conn {
+	if h, ok := c.Conn.(*handoffConn); ok {
+		return h.current()
+	}
+	return c.Conn
+}
+
+// handoffConn is a connection from a sandbox's agent on its Unix socket.
+// Its first byte says what it is: HandoffByte with a TCP socket attached
+// (SCM_RIGHTS) is the sandbox process's own connection, served from then
+// on in place of the Unix one; any other byte starts a relayed stream.
+// The switch happens at the first Read or Write, in the goroutine
+// serving the connection, never in the accept loop.
+type handoffConn struct {
+	unix *net.UnixConn
+
+	mu     sync.Mutex
+	done   bool
+	conn   net.Conn // after the switch: the handed socket, or unix
+	prefix []byte   // a relayed stream's first byte, not yet read
+	rdl    time.Time
+	err    error
+}
+
+// maxHandoffFDs is what a message may carry; more is a protocol error.
+const maxHandoffFDs = 1
+
+func (h *handoffConn) handshake() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done {
+		return h.err
+	}
+	h.done = true
+	h.conn = h.unix
+	if h.rdl.IsZero() {
+		h.unix.SetReadDeadline(time.Now().Add(10 * time.Second))
+	}
+	b := make([]byte, 1)
+	oob := make([]byte, syscall.CmsgSpace(4*maxHandoffFDs))
+	n, oobn, flags, _, err := h.unix.ReadMsgUnix(b, oob)
+	fds := parseRights(oob[:oobn])
+	switch {
+	case err != nil || n == 0:
+		closeAll(fds)
+		if err == nil {
+			err = io.EOF
+		}
+		h.err = err
+	case len(fds) == 0:
+		h.prefix = b[:1] // a relayed stream
+	case b[0] != 'F' || len(fds) != 1 || flags&syscall.MSG_CTRUNC != 0:
+		closeAll(fds)
+		h.err = errors.New("egress: malformed handoff")
+	default:
+		c, err := streamSocket(fds[0])
+		if err != nil {
+			h.err = err
+			break
+		}
+		h.unix.Close()
+		h.conn = c
+	}
+	h.conn.SetReadDeadline(h.rdl)
+	return h.err
+}
+
+func (h *handoffConn) current() net.Conn {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conn == nil {
+		return h.unix
+	}
+	return h.conn
+}
+
+func (h *handoffConn) Read(b []byte) (int, error) {
+	if err := h.handshake(); err != nil {
+		return 0, err
+	}
+	if len(h.prefix) > 0 { // only ever touched by the reading goroutine
+		n := copy(b, h.prefix)
+		h.prefix = h.prefix[n:]
+		return n, nil
+	}
+	return h.conn.Read(b)
+}
+
+func (h *handoffConn) Write(b []byte) (int, error) {
+	if err := h.handshake(); err != nil {
+		return 0, err
+	}
+	return h.conn.Write(b)
+}
+
+func (h *handoffConn) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.done, h.err = true, net.ErrClosed
+	h.unix.Close()
+	if h.conn != nil {
+		h.conn.Close()
+	}
+	return nil
+}
+
+func (h *handoffConn) CloseWrite() error {
+	if cw, ok := h.current().(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+func (h *handoffConn) LocalAddr() net.Addr  { return h.current().LocalAddr() }
+func (h *handoffConn) RemoteAddr() net.Addr { return h.current().RemoteAddr() }
+
+func (h *handoffConn) SetDeadline(t time.Time) error {
+	h.SetReadDeadline(t)
+	return h.current().SetWriteDeadline(t)
+}
+
+func (h *handoffConn) SetReadDeadline(t time.Time) error {
+	h.mu.Lock()
+	h.rdl = t
+	h.mu.Unlock()
+	return h.current().SetReadDeadline(t)
+}
+
+func (h *handoffConn) SetWriteDeadline(t time.Time) error {
+	return h.current().SetWriteDeadline(t)
+}
+
+// parseRights returns the descriptors an SCM_RIGHTS message carried.
+func parseRights(oob []byte) []int {
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for _, m := range msgs {
+		if got, err := syscall.ParseUnixRights(&m); err == nil {
+			fds = append(fds, got...)
+		}
+	}
+	return fds
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		syscall.Close(fd)
+	}
+}
+
+// streamSocket takes a handed descriptor only if it is a connected TCP
+// socket: a sandbox may send anything, and anything else is closed.
+func streamSocket(fd int) (net.Conn, error) {
+	typ, err1 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
+	dom, err2 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
+	if err1 != nil || err2 != nil || typ != unix.SOCK_STREAM || (dom != unix.AF_INET && dom != unix.AF_INET6) {
+		syscall.Close(fd)
+		return nil, errors.New("egress: the handed descriptor is not a TCP socket")
+	}
+	f := os.NewFile(uintptr(fd), "handed")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("egress: handed socket: %w", err)
+	}
+	return c, nil
 }
 
 var discardLog = newDiscardLog()
@@ -462,19 +625,13 @@ func (s *session) connect(w http.ResponseWriter, r *http.Request, pol *policy) {
 // tunnel copies both ways until both ends are done, counting and
 // throttling, and can be cut by Forget.
 func (s *session) tunnel(c, up net.Conn, first []byte) {
-	s.mu.Lock()
-	if s.srv == nil { // forgotten meanwhile
-		s.mu.Unlock()
+	if !s.track(c) {
 		c.Close()
 		up.Close()
 		return
 	}
-	s.tunnels[c] = struct{}{}
-	s.mu.Unlock()
 	defer func() {
-		s.mu.Lock()
-		delete(s.tunnels, c)
-		s.mu.Unlock()
+		s.untrack(c)
 		c.Close()
 		up.Close()
 	}()
@@ -498,6 +655,24 @@ func (s *session) tunnel(c, up net.Conn, first []byte) {
 	<-done
 }
 
+// track registers a hijacked connection, so that Forget can cut it;
+// false when the session was forgotten meanwhile.
+func (s *session) track(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv == nil {
+		return false
+	}
+	s.tunnels[c] = struct{}{}
+	return true
+}
+
+func (s *session) untrack(c net.Conn) {
+	s.mu.Lock()
+	delete(s.tunnels, c)
+	s.mu.Unlock()
+}
+
 func closeWrite(c net.Conn) {
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
@@ -509,8 +684,21 @@ func closeWrite(c net.Conn) {
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 // copy moves bytes from src to dst, counting them into n and keeping to
-// the session's bandwidth.
+// the session's bandwidth. Without a bandwidth limit the kernel moves
+// them (splice between the TCP and Unix sockets), and n is counted when
+// the stream ends.
 func (s *session) copy(dst io.Writer, src io.Reader, n *atomic.Int64) error {
+	if tc, ok := dst.(*trackedConn); ok {
+		dst = tc.raw()
+	}
+	if tc, ok := src.(*trackedConn); ok {
+		src = tc.raw()
+	}
+	if s.rate == nil {
+		k, err := io.Copy(dst, src)
+		n.Add(k)
+		return err
+	}
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
@@ -567,84 +755,76 @@ func errText(err error) string {
 	return err.Error()
 }
 
-type dialKey struct{}
-
-// dialState carries a request's policy to the transport's dial, and the
-// refusal back.
-type dialState struct {
-	pol *policy
-	ref *refusal
-}
-
-func (s *session) dialForTransport(ctx context.Context, network, addr string) (net.Conn, error) {
-	ds, _ := ctx.Value(dialKey{}).(*dialState)
-	if ds == nil {
-		return nil, errors.New("egress: dial without a policy")
-	}
-	host, port, ref := splitTarget(addr, 80)
-	if ref == nil {
-		var t *target
-		if t, ref = ds.pol.check(host, port); ref == nil {
-			var c net.Conn
-			if c, ref = s.dial(ctx, ds.pol, t); ref == nil {
-				return c, nil
-			}
-		}
-	}
-	ds.ref = ref
-	return nil, ref
-}
-
 // hopHeaders are a single connection's business, not forwarded.
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
-// forward serves a plain-HTTP proxy request (absolute form).
+// forward serves a plain-HTTP proxy request (absolute form): it is sent
+// upstream with Connection: close, and the answer goes back byte for
+// byte until the upstream closes, then the client's connection closes
+// too. One request per connection keeps every request's host checked
+// (a kept-alive connection could carry the next one to another host)
+// and lets the kernel move the answer.
 func (s *session) forward(w http.ResponseWriter, r *http.Request, pol *policy) {
 	if r.URL.Scheme != "http" || r.URL.Host == "" {
 		s.refuse(w, &refusal{http.StatusBadRequest, r.Host, "this is mcpbox's egress proxy: send http://host/path requests, or CONNECT host:443 for https (set HTTP_PROXY and HTTPS_PROXY, as the sandbox does)"})
 		return
 	}
 	host, port, ref := splitTarget(r.URL.Host, 80)
+	var t *target
 	if ref == nil {
-		_, ref = pol.check(host, port)
+		t, ref = pol.check(host, port)
+	}
+	var up net.Conn
+	if ref == nil {
+		up, ref = s.dial(r.Context(), pol, t)
 	}
 	if ref != nil {
 		s.refuse(w, ref)
 		return
 	}
-	ds := &dialState{pol: pol}
-	out := r.Clone(context.WithValue(r.Context(), dialKey{}, ds))
+	out := r.Clone(r.Context())
 	out.RequestURI = ""
-	for _, h := range hopHeaders {
-		out.Header.Del(h)
-	}
 	for _, h := range strings.Split(r.Header.Get("Connection"), ",") {
 		if h = strings.TrimSpace(h); h != "" {
 			out.Header.Del(h)
 		}
 	}
+	for _, h := range hopHeaders {
+		out.Header.Del(h)
+	}
+	out.Close = true
 	if r.Body != nil && r.Body != http.NoBody {
 		out.Body = &countingReader{r: r.Body, s: s, n: &s.stats.out}
 	}
-	resp, err := s.tr.RoundTrip(out)
-	if err != nil {
-		if ds.ref != nil {
-			s.refuse(w, ds.ref)
-		} else {
-			s.refuse(w, &refusal{http.StatusBadGateway, host, fmt.Sprintf("request to %s failed: %v", hostPort(host, port), errText(err))})
-		}
+	// The request (and its body, read from the client as it goes) first,
+	// while the server still owns the client's connection.
+	bw := bufio.NewWriterSize(up, 4<<10)
+	if err := out.Write(bw); err == nil {
+		err = bw.Flush()
+	} else {
+		up.Close()
+		s.refuse(w, &refusal{http.StatusBadGateway, t.host, fmt.Sprintf("sending the request to %s failed: %v", hostPort(t.host, port), errText(err))})
 		return
 	}
-	defer resp.Body.Close()
-	for _, h := range hopHeaders {
-		resp.Header.Del(h)
+	c, _, err := w.(http.Hijacker).Hijack()
+	if err != nil {
+		up.Close()
+		return
 	}
-	for k, v := range resp.Header {
-		w.Header()[k] = v
+	c.SetDeadline(time.Time{})
+	if !s.track(c) {
+		c.Close()
+		up.Close()
+		return
 	}
-	w.WriteHeader(resp.StatusCode)
-	s.copy(w, resp.Body, &s.stats.in)
+	defer func() {
+		s.untrack(c)
+		c.Close()
+		up.Close()
+	}()
+	s.copy(c, up, &s.stats.in)
+	closeWrite(c)
 }
 
 type countingReader struct {

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -407,8 +408,8 @@ func TestMalformed(t *testing.T) {
 func TestConnectionLimit(t *testing.T) {
 	const n, limit = 10000, 256
 	h := newHarness(t, &Options{MaxConnsPerSession: limit})
-	pp := h.port(h.plain)
-	pol := &mcpbox.NetworkPolicy{Allow: []string{"api.test:" + pp, "127.0.0.1"}}
+	pp, tp := h.port(h.plain), h.port(h.tls)
+	pol := &mcpbox.NetworkPolicy{Allow: []string{"api.test:" + pp, "api.test:" + tp, "127.0.0.1"}}
 	greedy := h.unixSession("greedy", pol)
 	other := unixClient(h.unixSession("other", pol))
 
@@ -418,6 +419,7 @@ func TestConnectionLimit(t *testing.T) {
 			c.Close()
 		}
 	}()
+	// Every connection opens a tunnel and keeps it.
 	for range n {
 		c, err := net.Dial("unix", greedy)
 		for try := 0; err != nil && errors.Is(err, syscall.EAGAIN) && try < 1000; try++ {
@@ -430,37 +432,31 @@ func TestConnectionLimit(t *testing.T) {
 			t.Fatalf("dial %d: %v", len(conns), err)
 		}
 		conns = append(conns, c)
+		fmt.Fprintf(c, "CONNECT api.test:%s HTTP/1.1\r\nHost: api.test:%s\r\n\r\n", tp, tp)
 	}
 	if code, body := get(t, other, "http://api.test:"+pp+"/"); code != 200 {
 		t.Fatalf("another session while one is at its limit: %d %q", code, body)
 	}
-	refused := 0
-	for _, c := range conns[limit:] {
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	codes := map[int]int{}
+	for _, c := range conns {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
 		if err != nil {
-			t.Fatalf("connection past the limit: %v", err)
+			t.Fatalf("connection %d: %v", len(codes), err)
 		}
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 429 || !strings.Contains(string(b), "its limit") {
-			t.Fatalf("past the limit: %d %q", resp.StatusCode, b)
+		if resp.StatusCode == 429 {
+			b, _ := io.ReadAll(resp.Body)
+			if !strings.Contains(string(b), "its limit") {
+				t.Fatalf("past the limit: %q", b)
+			}
 		}
-		refused++
+		codes[resp.StatusCode]++
 	}
-	if refused != n-limit {
-		t.Fatalf("%d refused, want %d", refused, n-limit)
+	if codes[200] != limit || codes[429] != n-limit {
+		t.Fatalf("answers %v, want %d tunnels and %d refusals", codes, limit, n-limit)
 	}
-	st := h.p.Stats("greedy")
-	if st.Active != limit || st.Connections != n {
+	if st := h.p.Stats("greedy"); st.Active != limit || st.Connections != n {
 		t.Fatalf("stats %+v, want %d active of %d", st, limit, n)
-	}
-	// The first ones are served.
-	c := conns[0]
-	fmt.Fprintf(c, "GET http://api.test:%s/first HTTP/1.1\r\nHost: api.test:%s\r\n\r\n", pp, pp)
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("a connection within the limit: %v %v", resp, err)
 	}
 	for _, c := range conns {
 		c.Close()
@@ -474,6 +470,96 @@ func TestConnectionLimit(t *testing.T) {
 	if code, _ := get(t, unixClient(greedy), "http://api.test:"+pp+"/"); code != 200 {
 		t.Fatalf("after closing: %d", code)
 	}
+}
+
+// handOff does what the agent does: it hands the proxy the server side
+// of a TCP connection over the session's socket, and returns the client
+// side.
+func handOff(t *testing.T, sock string, extra ...int) (net.Conn, error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cli, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	f, _ := srv.(*net.TCPConn).File()
+	defer f.Close()
+	up, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	_, _, err = up.(*net.UnixConn).WriteMsgUnix([]byte{'F'}, syscall.UnixRights(append([]int{int(f.Fd())}, extra...)...), nil)
+	return cli, err
+}
+
+func TestHandoff(t *testing.T) {
+	h := newHarness(t, nil)
+	pp := h.port(h.plain)
+	sock := h.unixSession("ho", &mcpbox.NetworkPolicy{Allow: []string{"api.test:" + pp, "127.0.0.1"}})
+	t.Run("a TCP socket is served", func(t *testing.T) {
+		cli, err := handOff(t, sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cli.Close()
+		cli.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(cli, "GET http://api.test:%s/h HTTP/1.1\r\nHost: api.test\r\n\r\n", pp)
+		resp, err := http.ReadResponse(bufio.NewReader(cli), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if string(b) != "hello from api.test:"+pp+"/h" {
+			t.Fatalf("%d %q", resp.StatusCode, b)
+		}
+	})
+	t.Run("anything else is refused", func(t *testing.T) {
+		r, w, _ := os.Pipe()
+		defer r.Close()
+		defer w.Close()
+		// A pipe is no socket; two descriptors are one too many.
+		for name, send := range map[string]func(*net.UnixConn) error{
+			"pipe": func(up *net.UnixConn) error {
+				_, _, err := up.WriteMsgUnix([]byte{'F'}, syscall.UnixRights(int(r.Fd())), nil)
+				return err
+			},
+			"two": func(up *net.UnixConn) error {
+				_, _, err := up.WriteMsgUnix([]byte{'F'}, syscall.UnixRights(int(r.Fd()), int(w.Fd())), nil)
+				return err
+			},
+		} {
+			up, err := net.Dial("unix", sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := send(up.(*net.UnixConn)); err != nil {
+				t.Fatal(err)
+			}
+			up.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if n, err := up.Read(make([]byte, 1)); n != 0 || err == nil {
+				t.Errorf("%s: the proxy answered (%d, %v)", name, n, err)
+			}
+			up.Close()
+		}
+		// The proxy kept nothing it was sent.
+		deadline := time.Now().Add(5 * time.Second)
+		for h.p.Stats("ho").Active != 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if a := h.p.Stats("ho").Active; a != 0 {
+			t.Fatalf("%d connections still held", a)
+		}
+	})
 }
 
 func TestForgetClosesTunnels(t *testing.T) {

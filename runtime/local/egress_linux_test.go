@@ -48,7 +48,7 @@ func (p *policies) set(id string, np *mcpbox.NetworkPolicy) {
 	p.mu.Unlock()
 }
 
-func newEgressRuntime(t *testing.T, home string, pols *policies, o *egress.Options) (*local.Runtime, *egress.Proxy) {
+func newEgressRuntime(t testing.TB, home string, pols *policies, o *egress.Options) (*local.Runtime, *egress.Proxy) {
 	t.Helper()
 	testutil.RequireRoot(t)
 	if o == nil {
@@ -67,13 +67,18 @@ func newEgressRuntime(t *testing.T, home string, pols *policies, o *egress.Optio
 	return rt, p
 }
 
-func newNetSandbox(t *testing.T, rt *local.Runtime, pols *policies, np *mcpbox.NetworkPolicy) (string, *agentclient.Client) {
+func newNetSandbox(t testing.TB, rt *local.Runtime, pols *policies, np *mcpbox.NetworkPolicy) (string, *agentclient.Client) {
+	t.Helper()
+	return newNetSandboxOf(t, rt, pols, np, tiny)
+}
+
+func newNetSandboxOf(t testing.TB, rt *local.Runtime, pols *policies, np *mcpbox.NetworkPolicy, fl mcpbox.Flavor) (string, *agentclient.Client) {
 	t.Helper()
 	id := testutil.ID()
 	pols.set(id, np)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sb, err := rt.Create(ctx, mcpbox.SandboxSpec{ID: id, Flavor: tiny, Network: np})
+	sb, err := rt.Create(ctx, mcpbox.SandboxSpec{ID: id, Flavor: fl, Network: np})
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
@@ -88,7 +93,7 @@ func newNetSandbox(t *testing.T, rt *local.Runtime, pols *policies, np *mcpbox.N
 	return id, c
 }
 
-func shOut(t *testing.T, c *agentclient.Client, script string) string {
+func shOut(t testing.TB, c *agentclient.Client, script string) string {
 	t.Helper()
 	out, errb, _ := run(t, c, 30*time.Second, "sh", "-c", script)
 	return strings.TrimSpace(out + errb)
