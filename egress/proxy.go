@@ -2,12 +2,16 @@
 // reach the outside world, when their network policy lets them.
 //
 // A sandbox has no network interface but lo. Inside it, the agent listens
-// on a loopback port and relays every connection it accepts to this
+// on a loopback port and passes every connection it accepts to this
 // proxy over a listener made for that sandbox alone (Serve): the proxy
 // knows which session a connection belongs to from the listener it
-// arrived on, never from anything the sandbox says. Each connection
-// carries HTTP proxy requests: CONNECT host:port for TLS (pip, npm, git,
-// curl https://…) and absolute-form requests for plain HTTP.
+// arrived on, never from anything the sandbox says. Over a Unix socket
+// the agent hands over the connection itself (its TCP socket, as
+// SCM_RIGHTS, after one byte, HandoffByte in the agent), which the proxy
+// serves only if it is a TCP socket; any other first byte starts a
+// relayed stream. Each connection carries HTTP proxy requests: CONNECT
+// host:port for TLS (pip, npm, git, curl https://…) and absolute-form
+// requests for plain HTTP, one per connection.
 //
 // For every request the proxy reads the session's current policy
 // (Options.Policy), so a change applies to the next connection. It
