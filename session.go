@@ -63,6 +63,9 @@ type Session struct {
 	// PausedAt is when a paused session was paused; zero otherwise. The
 	// time it stays paused is added to its deadlines when it resumes.
 	PausedAt time.Time `json:"paused_at,omitzero"`
+	// AutoPause pauses the session at its deadline instead of ending it
+	// (E2B's autoPause); it ends once paused for the maximum TTL.
+	AutoPause bool `json:"auto_pause,omitempty"`
 
 	// Sandbox is the runtime's view of the session's sandbox.
 	Sandbox *Sandbox `json:"sandbox,omitempty"`

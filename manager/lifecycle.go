@@ -163,8 +163,8 @@ func (m *Manager) SetTimeout(ctx context.Context, owner, id string, d time.Durat
 	}
 }
 
-// Reap stops every running session past its deadline and returns how many
-// it stopped. The maintainer runs it (see Run); tests call it directly.
+// Reap stops every running session past its deadline (pauses it, when it
+// asked for AutoPause) and returns how many it stopped or paused. The maintainer runs it (see Run); tests call it directly.
 func (m *Manager) Reap(ctx context.Context) (int, error) {
 	live, err := m.opts.Store.ListSessions(ctx, mcpbox.SessionFilter{States: []mcpbox.SessionState{mcpbox.SessionRunning, mcpbox.SessionPaused}})
 	if err != nil {
@@ -176,6 +176,14 @@ func (m *Manager) Reap(ctx context.Context) (int, error) {
 	for _, s := range live {
 		// A paused session's deadlines stand still (see Pause).
 		if d := s.Deadline(); (s.State == mcpbox.SessionRunning && !d.IsZero() && !now.Before(d)) || m.pausedTooLong(s, now) {
+			if s.State == mcpbox.SessionRunning && s.AutoPause {
+				_, err := m.Pause(ctx, s.Owner, s.ID)
+				if err == nil {
+					n++
+					continue
+				}
+				m.log.Warn("auto-pause a session at its deadline; ending it instead", "session", s.ID, "err", err)
+			}
 			if err := m.end(ctx, s, mcpbox.SessionExpired); err != nil {
 				errs = append(errs, err)
 				continue

@@ -231,6 +231,9 @@ type CreateRequest struct {
 	// SDKs) reaches the agent as it is. A session with env then never
 	// takes a warm sandbox, which has none.
 	EnvInSandbox bool
+	// AutoPause pauses the session at its deadline instead of ending it;
+	// it needs a runtime that can pause (see Pauser).
+	AutoPause bool
 }
 
 // Flavor resolves a flavor name against built-in and custom flavors and
@@ -329,6 +332,12 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 		Created: now, LastUsed: now, ExpiresAt: now.Add(ttl), IdleTimeout: idle, Holder: m.holder,
 	}
 	s.Network = req.Network
+	if req.AutoPause {
+		if _, err := m.pauser(); err != nil {
+			return nil, err
+		}
+		s.AutoPause = true
+	}
 	// A warm sandbox has only the configured volumes. The caller's env is
 	// applied to every process the session starts.
 	if len(req.Volumes) == 0 && !req.Ephemeral && !(req.EnvInSandbox && len(req.Env) > 0) {

@@ -143,9 +143,6 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	case len(b.VolumeMounts) > 0:
 		writeError(w, http.StatusBadRequest, "volumeMounts are not supported: mcpbox maps host directories from its configuration (volumes)")
 		return
-	case b.AutoPause != nil && *b.AutoPause:
-		writeError(w, http.StatusBadRequest, "autoPause is not supported: a sandbox ends at its timeout; pause it yourself with sandbox.pause()")
-		return
 	case b.AutoResume != nil && b.AutoResume.Enabled:
 		writeError(w, http.StatusBadRequest, "autoResume is not supported: resume a paused sandbox with Sandbox.connect")
 		return
@@ -166,6 +163,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		IdleTimeout:  h.mgr.MaxTTL(),
 		Network:      policy(b.AllowInternetAccess, b.Network),
 		EnvInSandbox: true,
+		AutoPause:    b.AutoPause != nil && *b.AutoPause,
 	}
 	delete(req.Metadata, templateKey)
 	s, err := h.mgr.Create(r.Context(), ownerOf(r), req)
@@ -415,6 +413,11 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		status = http.StatusCreated
+		if b.Timeout == nil {
+			// A sandbox paused at its timeout (autoPause) resumes with
+			// the default one, not with none left.
+			b.Timeout = new(int64(h.opts.DefaultTimeout / time.Second))
+		}
 	}
 	if err := h.extend(r, s, b.Timeout); err != nil {
 		writeDomainError(w, err)
@@ -454,6 +457,9 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s, err := h.mgr.Resume(r.Context(), ownerOf(r), s.ID)
+	if b.Timeout == nil {
+		b.Timeout = new(int64(h.opts.DefaultTimeout / time.Second))
+	}
 	if err == nil {
 		err = h.extend(r, s, b.Timeout)
 	}
