@@ -186,12 +186,16 @@ func TestHostedServe(t *testing.T) {
 		}
 		t.Logf("%s", out)
 	})
-	inspector := func(t *testing.T, target []string, args ...string) (string, error) {
-		return run(t, 2*time.Minute, nil, n, append(append([]string{"node_modules/.bin/inspector", "--cli"}, target...), args...)...)
+	// The Inspector's own flags come first; for stdio the server's
+	// command line follows "--", so that its --config stays its own.
+	inspector := func(t *testing.T, target func([]string) []string, args ...string) (string, error) {
+		return run(t, 2*time.Minute, nil, n, append([]string{"node_modules/.bin/inspector", "--cli"}, target(args)...)...)
 	}
-	for name, target := range map[string][]string{
-		"stdio":           {"-e", "MCPBOX_HOME=" + h.home, "-e", "MCPBOX_SERVERS_FILE=" + h.servers, h.bin, "mcp", "--config", h.config},
-		"streamable-http": {s.url + "/mcp", "--transport", "http"},
+	for name, target := range map[string]func([]string) []string{
+		"stdio": func(args []string) []string {
+			return append(append([]string{"-e", "MCPBOX_HOME=" + h.home, "-e", "MCPBOX_SERVERS_FILE=" + h.servers}, args...), "--", h.bin, "mcp", "--config", h.config)
+		},
+		"streamable-http": func(args []string) []string { return append([]string{s.url + "/mcp", "--transport", "http"}, args...) },
 	} {
 		t.Run("inspector/"+name, func(t *testing.T) {
 			out, err := inspector(t, target, "--method", "tools/list")

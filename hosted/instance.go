@@ -70,6 +70,8 @@ type running struct {
 	ended     chan struct{} // closed when the process ended
 	endWhy    string
 	progress  sync.Map // progress token → func(Progress)
+	// progressBarrier keeps progress ahead of results (transport.go).
+	progressBarrier *barrier
 }
 
 // Progress is a progress notification: of the install and start (Total
@@ -315,7 +317,8 @@ func (in *instance) start(ctx context.Context, def Server, onProgress func(Progr
 	if err != nil {
 		return nil, fmt.Errorf("hosted server %s: %w", def.Name, err)
 	}
-	r = &running{def: def.clone(), defKey: def.runKey(), sessionID: s.ID, stderr: newTail(stderrTailBytes), ended: make(chan struct{})}
+	r = &running{def: def.clone(), defKey: def.runKey(), sessionID: s.ID, stderr: newTail(stderrTailBytes), ended: make(chan struct{}),
+		progressBarrier: newBarrier()}
 	defer func() {
 		if err != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -336,13 +339,15 @@ func (in *instance) start(ctx context.Context, def Server, onProgress func(Progr
 			go in.relist(r)
 		},
 		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			defer r.progressBarrier.done()
 			if f, ok := r.progress.Load(fmt.Sprint(req.Params.ProgressToken)); ok {
 				f.(func(Progress))(Progress{Progress: req.Params.Progress, Total: req.Params.Total, Message: req.Params.Message})
 			}
 		},
 		Capabilities: &mcp.ClientCapabilities{},
 	})
-	t := &stdioTransport{p: r.proc, stderr: r.stderr, log: h.log, onEnd: func(end *manager.ProcessEnd, err error) { in.ended(r, end, err) }}
+	t := &stdioTransport{p: r.proc, stderr: r.stderr, log: h.log, progress: r.progressBarrier,
+		onEnd: func(end *manager.ProcessEnd, err error) { in.ended(r, end, err) }}
 	hctx, cancel := context.WithTimeout(ctx, h.opts.HandshakeTimeout)
 	defer cancel()
 	// 2025-11-25 is the newest revision stdio servers speak; the SDK

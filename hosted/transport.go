@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -33,20 +34,23 @@ type stdioTransport struct {
 	stderr *tail
 	log    *slog.Logger
 	onEnd  func(end *manager.ProcessEnd, err error)
+	// progress counts progress notifications read and not yet handled.
+	progress *barrier
 }
 
 var _ mcp.Transport = (*stdioTransport)(nil)
 
 func (t *stdioTransport) Connect(context.Context) (mcp.Connection, error) {
-	c := &stdioConn{p: t.p, msgs: make(chan jsonrpc.Message), done: make(chan struct{}), log: t.log}
+	c := &stdioConn{p: t.p, msgs: make(chan jsonrpc.Message), done: make(chan struct{}), log: t.log, progress: t.progress}
 	go c.read(t.stderr, t.onEnd)
 	return c, nil
 }
 
 type stdioConn struct {
-	p    *manager.Stdio
-	log  *slog.Logger
-	msgs chan jsonrpc.Message
+	p        *manager.Stdio
+	log      *slog.Logger
+	progress *barrier
+	msgs     chan jsonrpc.Message
 	// done closes when the process's output ended or Close was called;
 	// err then says why.
 	done      chan struct{}
@@ -108,6 +112,7 @@ func (c *stdioConn) read(stderr *tail, onEnd func(*manager.ProcessEnd, error)) {
 				c.log.Debug("hosted server wrote a line that is not JSON-RPC", "err", err, "len", len(line))
 				continue
 			}
+			c.order(msg)
 			select {
 			case c.msgs <- msg:
 			case <-c.done:
@@ -127,6 +132,82 @@ func (c *stdioConn) read(stderr *tail, onEnd func(*manager.ProcessEnd, error)) {
 		if len(buf) == 0 {
 			buf = nil
 		}
+	}
+}
+
+// order keeps a call's progress ahead of its result. go-sdk hands
+// notifications to their handlers on a queue of their own, but settles a
+// response as soon as it is read: the last progress notification of a
+// call, written just before its result, would otherwise reach the
+// caller's client after the result, which clients drop. So a response
+// waits (briefly, at most progressWait) until the progress notifications
+// read before it have been handled.
+func (c *stdioConn) order(msg jsonrpc.Message) {
+	if c.progress == nil {
+		return
+	}
+	switch m := msg.(type) {
+	case *jsonrpc.Request:
+		if m.Method == "notifications/progress" && !m.ID.IsValid() {
+			c.progress.add()
+		}
+	case *jsonrpc.Response:
+		c.progress.wait(progressWait)
+	}
+}
+
+// progressWait bounds how long a response waits for earlier progress.
+const progressWait = time.Second
+
+// barrier counts pending work and lets a caller wait for none.
+type barrier struct {
+	mu   sync.Mutex
+	n    int
+	zero chan struct{} // closed when n is 0; replaced when it rises
+}
+
+func newBarrier() *barrier {
+	z := make(chan struct{})
+	close(z)
+	return &barrier{zero: z}
+}
+
+func (b *barrier) add() {
+	b.mu.Lock()
+	if b.n == 0 {
+		b.zero = make(chan struct{})
+	}
+	b.n++
+	b.mu.Unlock()
+}
+
+func (b *barrier) done() {
+	b.mu.Lock()
+	if b.n > 0 {
+		b.n--
+		if b.n == 0 {
+			close(b.zero)
+		}
+	}
+	b.mu.Unlock()
+}
+
+// wait waits for the count to reach zero, or gives up after d and
+// forgets what is pending (a notification go-sdk dropped must not slow
+// every later response).
+func (b *barrier) wait(d time.Duration) {
+	b.mu.Lock()
+	z := b.zero
+	b.mu.Unlock()
+	select {
+	case <-z:
+	case <-time.After(d):
+		b.mu.Lock()
+		if b.n > 0 {
+			b.n = 0
+			close(b.zero)
+		}
+		b.mu.Unlock()
 	}
 }
 

@@ -30,11 +30,13 @@ def slow(req):
     token = (req["params"].get("_meta") or {}).get("progressToken")
     steps = int(args.get("steps", 5))
     for i in range(1, steps + 1):
+        if i > 1:
+            time.sleep(0.05)
         if req["id"] in cancelled:
             return  # cancelled: no answer, as the spec says
         if token is not None:
             send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": token, "progress": i, "total": steps, "message": "step %d" % i}})
-        time.sleep(0.05)
+    # The result right behind the last progress, as real servers do.
     send({"jsonrpc": "2.0", "id": req["id"], "result": text("done %d" % steps)})
 
 def call(req):
