@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/mcpbox/mcpbox"
 )
 
@@ -603,5 +605,37 @@ func TestBandwidthLimit(t *testing.T) {
 	}
 	if d := time.Since(start); d < 500*time.Millisecond {
 		t.Fatalf("1 MiB at 512 KiB/s took %s: the bandwidth limit did not hold", d)
+	}
+}
+
+func TestCollector(t *testing.T) {
+	h := newHarness(t, nil)
+	pp := h.port(h.plain)
+	c := unixClient(h.unixSession("metrics", &mcpbox.NetworkPolicy{Allow: []string{"api.test:" + pp, "127.0.0.1"}}))
+	get(t, c, "http://api.test:"+pp+"/")
+	get(t, c, "http://nope.test:"+pp+"/")
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(h.p.Collector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			key := mf.GetName()
+			for _, l := range m.GetLabel() {
+				key += "," + l.GetName() + "=" + l.GetValue()
+			}
+			if m.Counter != nil {
+				got[key] = m.Counter.GetValue()
+			} else if m.Gauge != nil {
+				got[key] = m.Gauge.GetValue()
+			}
+		}
+	}
+	if got["mcpbox_egress_connections_total,session=metrics"] != 2 || got["mcpbox_egress_refusals_total,host=nope.test,session=metrics"] != 1 ||
+		got["mcpbox_egress_bytes_total,direction=in,session=metrics"] == 0 {
+		t.Fatalf("metrics: %v", got)
 	}
 }
