@@ -136,6 +136,13 @@ func TestCLIFirstHour(t *testing.T) {
 		}
 	})
 
+	t.Run("hints name commands, not tools", func(t *testing.T) {
+		code, _, errOut := cli(t, bin, env, dir, "session", "rm", "nosuchsession")
+		if code != 2 || !strings.Contains(errOut, "`mcpbox session ls`") || strings.Contains(errOut, "get_sessions") {
+			t.Errorf("exit %d, %q", code, errOut)
+		}
+	})
+
 	t.Run("ttl in seconds or as a duration", func(t *testing.T) {
 		for _, ttl := range []string{"7200", "2h"} {
 			code, out, errOut := cli(t, bin, env, dir, "session", "create", "--ttl", ttl)

@@ -184,8 +184,32 @@ func runCode(ctx context.Context, c *call, in *executeCodeIn) (*executeCodeOut, 
 	case "ExitCode":
 		e.Message = "the shell code ended with exit status " + out.Error.Value
 		e.WithSuggestion("read stderr, fix the failing command and run it again")
+	case "ModuleNotFoundError":
+		if mod := MissingModule(out.Error.Value); mod != "" {
+			e.With("module", mod)
+			e.WithSuggestion(fmt.Sprintf("%s is not installed where the sandbox's Python looks: sandboxes of the default template see the server's own /usr, "+
+				"so the server's operator installs it there (on Debian: apt-get install python3-%s; `mcpbox doctor` lists each language's libraries)", mod, strings.ToLower(mod)))
+			e.WithSuggestion(fmt.Sprintf("or, when the session has network, install it into the session: execute_command `pip install --user %s`", mod))
+		}
 	}
 	return out, e
+}
+
+// MissingModule finds the top-level module in a ModuleNotFoundError's
+// value, "No module named 'pandas.core'" → "pandas".
+func MissingModule(value string) string {
+	_, rest, ok := strings.Cut(value, "No module named ")
+	if !ok {
+		return ""
+	}
+	name := strings.Trim(strings.TrimSpace(rest), `'"`)
+	name, _, _ = strings.Cut(name, ".")
+	for _, r := range name {
+		if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return ""
+		}
+	}
+	return name
 }
 
 // richResult converts a kernel result, moving images into content.

@@ -187,6 +187,15 @@ func TestFirstHourInASandbox(t *testing.T) {
 		}
 	})
 
+	t.Run("a missing module says where to install it", func(t *testing.T) {
+		r := fails(t, cs, "execute_code", map[string]any{"session_id": id, "code": "import nosuchmodule12.sub"}, mcpbox.ECODE)
+		sug := fmt.Sprint(r.S["recovery_suggestions"])
+		if r.S["context"].(map[string]any)["module"] != "nosuchmodule12" || !strings.Contains(sug, "apt-get install python3-nosuchmodule12") ||
+			!strings.Contains(sug, "pip install --user nosuchmodule12") {
+			t.Errorf("context %v, suggestions %s", r.S["context"], sug)
+		}
+	})
+
 	t.Run("truncation names the limit applied", func(t *testing.T) {
 		r := ok(t, cs, "execute_code", map[string]any{"session_id": id, "code": "print('x' * 300000)"})
 		if r.S["truncated"] != true || len(r.S["stdout"].(string)) != 100<<10 {

@@ -105,6 +105,14 @@ func callTool(ctx context.Context, cs *mcp.ClientSession, name string, args map[
 	return err
 }
 
+// cliWords turns the tool names in a server's suggestions into the
+// commands a CLI user types.
+var cliWords = strings.NewReplacer(
+	"get_sessions", "`mcpbox session ls`", "create_session", "`mcpbox session create`",
+	"stop_session", "`mcpbox session rm`", "execute_code", "`mcpbox exec`",
+	"call without session_id", "run without --session",
+)
+
 // callToolResult is callTool that also returns the result, for its
 // content blocks (images).
 func callToolResult(ctx context.Context, cs *mcp.ClientSession, name string, args map[string]any, out any) (*mcp.CallToolResult, error) {
@@ -124,6 +132,9 @@ func callToolResult(ctx context.Context, cs *mcp.ClientSession, name string, arg
 			Context     map[string]any `json:"context"`
 		}
 		json.Unmarshal(b, &te)
+		for i, sug := range te.Suggestions {
+			te.Suggestions[i] = cliWords.Replace(sug)
+		}
 		return res, &mcpbox.Error{Code: te.Code, Message: te.Code + ": " + te.Message, Suggestions: te.Suggestions, Context: te.Context}
 	}
 	return res, nil
@@ -334,6 +345,10 @@ printed on stderr.`,
 			case mcpbox.ECODE:
 				if out.Error == nil {
 					fmt.Fprintln(m.Stderr, "mcpbox:", callErr)
+				} else if out.Error.Name == "ModuleNotFoundError" {
+					for _, s := range mcpbox.ErrorSuggestions(callErr) {
+						fmt.Fprintln(m.Stderr, "  hint:", s)
+					}
 				}
 				return &exitError{1}
 			case mcpbox.ETIMEOUT:

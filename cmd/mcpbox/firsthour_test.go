@@ -29,6 +29,12 @@ func TestRunFirstHour(t *testing.T) {
 			t.Errorf("precedence: exit %d, stdout %q", code, out)
 		}
 	})
+	t.Run("a missing module says how to install it", func(t *testing.T) {
+		code, _, errOut := runMain(t, home, "", "run", "import nosuchmodule12")
+		if code != 1 || !strings.Contains(errOut, "hint: nosuchmodule12 is not installed in the sandbox template (the host's /usr): apt-get install python3-nosuchmodule12") {
+			t.Errorf("exit %d, stderr %q", code, errOut)
+		}
+	})
 	t.Run("a plot is written as a file, without noise", func(t *testing.T) {
 		if exec.Command("/usr/bin/python3", "-c", "import matplotlib").Run() != nil {
 			t.Skip("the host's python3 has no matplotlib (apt-get install python3-matplotlib)")

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpbox/mcpbox"
+	"github.com/mcpbox/mcpbox/adapter/mcpserver"
 	"github.com/mcpbox/mcpbox/internal/config"
 	"github.com/mcpbox/mcpbox/manager"
 	"github.com/mcpbox/mcpbox/template"
@@ -282,6 +283,10 @@ func (m *Main) runKernel(ctx context.Context, mgr *manager.Manager, id string, l
 		io.WriteString(m.Stderr, failed.Traceback)
 	} else {
 		fmt.Fprintf(m.Stderr, "%s: %s\n", failed.Name, failed.Value)
+	}
+	if mod := mcpserver.MissingModule(failed.Value); failed.Name == "ModuleNotFoundError" && mod != "" {
+		fmt.Fprintf(m.Stderr, "  hint: %s is not installed in the sandbox template (the host's /usr): apt-get install python3-%s; `mcpbox doctor` lists what each language has\n",
+			mod, strings.ToLower(mod))
 	}
 	if failed.Name == "KernelExited" {
 		if m := exitStatus.FindStringSubmatch(failed.Value); m != nil {
