@@ -369,6 +369,23 @@ test("pause and resume", async (t) => {
   assert.ok(c2 > c1, "the loop runs again after resume");
 });
 
+test("autoPause pauses at the timeout, and connect resumes", async () => {
+  const sbx = await create({ timeoutMs: 2000, lifecycle: { onTimeout: "pause" } });
+  assert.equal((await sbx.getInfo()).lifecycle.onTimeout, "pause");
+  await sbx.files.write("/tmp/kept", "yes");
+  let state;
+  for (let i = 0; i < 60 && state !== "paused"; i++) {
+    await new Promise((r) => setTimeout(r, 500));
+    state = (await sbx.getInfo()).state;
+  }
+  assert.equal(state, "paused", "paused at its timeout, not killed");
+  const back = await Sandbox.connect(sbx.sandboxId);
+  assert.equal(await back.files.read("/tmp/kept"), "yes");
+  const info = await back.getInfo();
+  assert.equal(info.state, "running");
+  assert.ok(info.endAt - Date.now() > 200_000, "resumed with the default timeout, not none");
+});
+
 test("owners are isolated", async (t) => {
   const mine = await create({ metadata: { owner: "a" } });
   const opts = { apiKey: keyB };

@@ -250,6 +250,14 @@ type infoJSON struct {
 	EnvdAccessToken string            `json:"envdAccessToken,omitempty"`
 	Domain          *string           `json:"domain"`
 	VolumeMounts    []any             `json:"volumeMounts"`
+	Lifecycle       lifecycleJSON     `json:"lifecycle"`
+}
+
+// lifecycleJSON is what happens at the timeout: "kill", or "pause" for a
+// sandbox created with autoPause.
+type lifecycleJSON struct {
+	OnTimeout  string `json:"onTimeout"`
+	AutoResume bool   `json:"autoResume"`
 }
 
 func (h *Handler) info(s *mcpbox.Session, token bool) infoJSON {
@@ -266,7 +274,11 @@ func (h *Handler) info(s *mcpbox.Session, token bool) infoJSON {
 	}
 	i := infoJSON{SandboxID: s.ID, TemplateID: templateOf(s), ClientID: clientID, StartedAt: s.Created.UTC(), EndAt: end.UTC(),
 		State: e2bState(s.State), CPUCount: max(1, int(s.Flavor.CPUs)), MemoryMB: s.Flavor.MemoryBytes >> 20,
-		DiskSizeMB: s.Flavor.DiskBytes >> 20, Metadata: md, EnvdVersion: mcpbox.EnvdVersion, VolumeMounts: []any{}}
+		DiskSizeMB: s.Flavor.DiskBytes >> 20, Metadata: md, EnvdVersion: mcpbox.EnvdVersion, VolumeMounts: []any{},
+		Lifecycle: lifecycleJSON{OnTimeout: "kill"}}
+	if s.AutoPause {
+		i.Lifecycle.OnTimeout = "pause"
+	}
 	if token {
 		i.EnvdAccessToken = h.AccessToken(s.Owner, s.ID)
 	}
