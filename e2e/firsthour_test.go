@@ -98,6 +98,11 @@ func TestCLIFirstHour(t *testing.T) {
 		if code, out, _ := cli(t, bin, env, dir, "exec", "--session", kept, "print(x + 1)"); code != 0 || out != "42\n" {
 			t.Errorf("the kept session: exit %d, %q", code, out)
 		}
+		// ls says both deadlines: if unused, and at the latest.
+		_, out, _ := cli(t, bin, env, dir, "session", "ls")
+		if !strings.Contains(out, "EXPIRES IF UNUSED") || !strings.Contains(out, "ENDS BY") || !strings.Contains(out, kept) {
+			t.Errorf("session ls:\n%s", out)
+		}
 	})
 
 	t.Run("exec writes plots as files", func(t *testing.T) {

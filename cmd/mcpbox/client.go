@@ -208,10 +208,16 @@ func (m *Main) sessionCommand() *cobra.Command {
 				return enc.Encode(out.Sessions)
 			}
 			tw := tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tFLAVOR\tCREATED\tLAST USED\tEXPIRES\tLANGUAGES")
+			// EXPIRES is when the session ends if unused (the sooner of its
+			// idle deadline and its ttl); ENDS BY is its ttl's end.
+			fmt.Fprintln(tw, "ID\tFLAVOR\tCREATED\tLAST USED\tEXPIRES IF UNUSED\tENDS BY\tLANGUAGES")
 			for _, s := range out.Sessions {
 				langs, _ := json.Marshal(s["languages"])
-				fmt.Fprintf(tw, "%v\t%v\t%v\t%v\t%v\t%s\n", s["session_id"], s["flavor"], s["created"], s["last_used"], s["expires_at"],
+				ends := s["ends_at"]
+				if ends == nil {
+					ends = "-"
+				}
+				fmt.Fprintf(tw, "%v\t%v\t%v\t%v\t%v\t%v\t%s\n", s["session_id"], s["flavor"], s["created"], s["last_used"], s["expires_at"], ends,
 					strings.Trim(strings.ReplaceAll(string(langs), `"`, ""), "[]"))
 			}
 			return tw.Flush()
