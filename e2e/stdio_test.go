@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -169,5 +170,33 @@ func TestStdioClientGone(t *testing.T) {
 	out := next.call(t, "execute_code", map[string]any{"session_id": id, "code": "print(x)"})
 	if s, _ := out["stdout"].(string); strings.TrimSpace(s) != "42" {
 		t.Errorf("x after the interrupted call: %q, want 42 (state kept, the loop's end never ran)", s)
+	}
+}
+
+// TestStdioErrorsInWords checks that `mcpbox mcp`, as Claude Desktop runs
+// it, answers bad arguments with the words the other paths use.
+func TestStdioErrorsInWords(t *testing.T) {
+	testutil.RequireRoot(t)
+	p := startStdio(t, build(t), testutil.Home(t), nil)
+	for _, tc := range []struct {
+		args map[string]any
+		want string
+	}{
+		{map[string]any{"code": "1", "language": "ruby"}, `language must be one of python, javascript or shell, not "ruby"`},
+		{map[string]any{"code": "1", "timeout": 0}, "timeout must be from 1 to 3600 seconds, not 0"},
+		{map[string]any{"code": "echo", "language": "shell", "event": 1}, "event (handler mode) works with language python or javascript, not shell"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		res, err := p.cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_code", Arguments: tc.args})
+		cancel()
+		if err != nil || !res.IsError {
+			t.Fatalf("%v: %v %+v", tc.args, err, res)
+		}
+		var out map[string]any
+		b, _ := json.Marshal(res.StructuredContent)
+		json.Unmarshal(b, &out)
+		if out["error_code"] != "INVALID_ARGUMENT" || !strings.Contains(fmt.Sprint(out["message"]), tc.want) {
+			t.Errorf("%v: %v", tc.args, out)
+		}
 	}
 }
