@@ -54,10 +54,23 @@ type Options struct {
 	HandshakeTimeout time.Duration
 	// InstallTimeout bounds each install command; default 10 minutes.
 	InstallTimeout time.Duration
+	// Templates caches installs as templates; nil runs a server's install
+	// commands at every start.
+	Templates Templates
 	// WatchInterval is how often File is checked for changes made by
 	// another process (`mcpbox server add` beside a serve); default 2s.
 	WatchInterval time.Duration
 	Logger        *slog.Logger
+}
+
+// Templates is what install caching needs of the templates on this
+// machine (the local runtime's template store, in mcpbox).
+type Templates interface {
+	// Exists reports whether a template of that name exists.
+	Exists(ctx context.Context, name string) bool
+	// Commit makes template name of session id's sandbox: its template
+	// plus everything the session changed, as a new layer.
+	Commit(ctx context.Context, id, name string, progress func(msg string)) error
 }
 
 // Change says what changed: a server added, removed or redefined (every

@@ -463,3 +463,98 @@ func mustManager(t testing.TB) *manager.Manager {
 	}
 	return m
 }
+
+// catalog is a template catalog and install cache for the fake runtime,
+// whose sandboxes do not look at their template: what it tells is
+// whether the install ran again.
+type catalog struct {
+	mu      sync.Mutex
+	names   map[string]bool
+	commits []string
+}
+
+func (c *catalog) Template(_ context.Context, name string, _ func(string)) (*mcpbox.Template, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.names[name] {
+		return nil, mcpbox.Errorf(mcpbox.ENOTFOUND, "no template %q", name)
+	}
+	return &mcpbox.Template{Name: name}, nil
+}
+
+func (c *catalog) Templates(context.Context) ([]*mcpbox.Template, error) { return nil, nil }
+
+func (c *catalog) Exists(ctx context.Context, name string) bool {
+	_, err := c.Template(ctx, name, nil)
+	return err == nil
+}
+
+func (c *catalog) Commit(_ context.Context, id, name string, _ func(string)) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.names[name] = true
+	c.commits = append(c.commits, name)
+	return nil
+}
+
+func TestInstallCache(t *testing.T) {
+	cat := &catalog{names: map[string]bool{"tools": true}}
+	m, err := manager.New(context.Background(), &manager.Options{Runtime: testutil.NewFakeRuntime(), Store: memstore.New(), Templates: cat,
+		WarmKernel: func(context.Context, http.RoundTripper) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := hosted.New(&hosted.Options{Manager: m, Templates: cat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	// The fake runtime runs processes on this host: the install leaves
+	// its mark here.
+	marker := filepath.Join(t.TempDir(), "installs")
+	def := pyDef(t, "py", nil)
+	def.Template = "tools"
+	def.InstallCommands = []string{"echo ran >> " + marker}
+	if err := h.Add(def); err != nil {
+		t.Fatal(err)
+	}
+	runs := func() int {
+		b, _ := os.ReadFile(marker)
+		return strings.Count(string(b), "ran")
+	}
+	var progress []string
+	opts := &hosted.CallOptions{OnProgress: func(p hosted.Progress) { progress = append(progress, p.Message) }}
+	if _, err := h.Call(context.Background(), "alice", "py", "count", nil, opts); err != nil {
+		t.Fatal(err)
+	}
+	if runs() != 1 || len(cat.commits) != 1 {
+		t.Fatalf("first start: %d installs, commits %v", runs(), cat.commits)
+	}
+	// A second start (bob's, and alice's after a stop) skips the install.
+	call(t, h, "bob", "py", "count", nil)
+	if err := h.Stop("alice", "py"); err != nil {
+		t.Fatal(err)
+	}
+	call(t, h, "alice", "py", "count", nil)
+	if runs() != 1 || len(cat.commits) != 1 {
+		t.Errorf("later starts: %d installs, commits %v, want the install once", runs(), cat.commits)
+	}
+	// A definition whose install changes installs again, under a new name.
+	def.InstallCommands = append(def.InstallCommands, "true")
+	if err := h.Add(def); err != nil {
+		t.Fatal(err)
+	}
+	call(t, h, "alice", "py", "count", nil)
+	if runs() != 2 || len(cat.commits) != 2 || cat.commits[0] == cat.commits[1] {
+		t.Errorf("after the change: %d installs, commits %v", runs(), cat.commits)
+	}
+	// Other changes (its description) keep the cache.
+	def.Description = "now described"
+	if err := h.Add(def); err != nil {
+		t.Fatal(err)
+	}
+	call(t, h, "alice", "py", "count", nil)
+	if runs() != 2 {
+		t.Errorf("a description change reran the install")
+	}
+}

@@ -304,10 +304,19 @@ func (in *instance) start(ctx context.Context, def Server, onProgress func(Progr
 		}
 		vols = append(vols, pv)
 	}
+	// An install already committed as a template is not run again.
+	template, cached, cache := def.Template, false, ""
+	if len(def.InstallCommands) > 0 && h.opts.Templates != nil && canCache(def.Template) {
+		cache = cacheTemplate(def)
+		if h.opts.Templates.Exists(ctx, cache) {
+			template, cached = cache, true
+			say("install commands cached as template %s", cache)
+		}
+	}
 	say("starting a sandbox for %s", def.Name)
 	begin := time.Now()
 	s, err := h.opts.Manager.Create(ctx, in.owner, manager.CreateRequest{
-		Template: def.Template, Network: def.Network, Volumes: vols,
+		Template: template, Network: def.Network, Volumes: vols,
 		Metadata: map[string]string{"mcpbox.hosted": def.Name},
 		// The instance stops its sandbox when idle; the session's own
 		// idle timeout is the backstop if this process cannot.
@@ -326,8 +335,21 @@ func (in *instance) start(ctx context.Context, def Server, onProgress func(Progr
 			cancel()
 		}
 	}()
-	if err := in.install(ctx, def, s.ID, say); err != nil {
-		return nil, err
+	if !cached {
+		if err := in.install(ctx, def, s.ID, say); err != nil {
+			return nil, err
+		}
+		if cache != "" {
+			// The next start skips the install. A failed commit costs
+			// only that: this start goes on.
+			if err := h.opts.Templates.Commit(ctx, s.ID, cache, func(msg string) { say("%s", msg) }); err != nil {
+				h.log.Warn("hosted server: cache the install as a template", "server", def.Name, "template", cache, "err", err)
+			} else {
+				say("install commands cached as template %s", cache)
+			}
+		} else if len(def.InstallCommands) > 0 && h.opts.Templates != nil {
+			say("install commands run at every start: a sandbox of the host template cannot be committed; give %s a template to cache them", def.Name)
+		}
 	}
 	say("starting %s", def.Name)
 	r.proc, err = h.opts.Manager.StartStdio(ctx, in.owner, s.ID, manager.StdioRequest{Command: def.Command, Env: def.Env})
@@ -394,9 +416,36 @@ func (in *instance) startFailure(r *running, what string, ctx context.Context, e
 		WithSuggestion("check that its command starts an MCP server speaking stdio: run it with `mcpbox run -l shell`")
 }
 
+// canCache says whether a sandbox of the template can be committed: the
+// host template's system is the host's /usr, which is no layer.
+func canCache(template string) bool {
+	t := template
+	if a, ok := mcpbox.TemplateAliases[t]; ok {
+		t = a
+	}
+	return t != "" && t != mcpbox.HostTemplate
+}
+
+// cacheTemplate names the template an install is cached as: the server's
+// name (made a valid template name) and the hash of what affects the
+// install, so a changed definition installs again.
+func cacheTemplate(def Server) string {
+	name := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + 'a' - 'A'
+		}
+		return '-'
+	}, def.Name)
+	if len(name) > 30 {
+		name = name[:30]
+	}
+	return "hosted-" + name + "-" + def.InstallKey()
+}
+
 // install runs the definition's install commands in the new sandbox.
-// Each start runs them: caching them as a template needs templates
-// (issue 13), which this build does not have yet.
 func (in *instance) install(ctx context.Context, def Server, id string, say func(string, ...any)) error {
 	for i, c := range def.InstallCommands {
 		say("install %d/%d: %s", i+1, len(def.InstallCommands), c)

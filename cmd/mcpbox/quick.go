@@ -71,7 +71,7 @@ func (m *Main) quickLocal(cmd *cobra.Command, c config.Config, def hosted.Server
 		return nil, err
 	}
 	defer s.close()
-	h, err := hosted.New(&hosted.Options{Manager: s.mgr, Logger: log})
+	h, err := hosted.New(&hosted.Options{Manager: s.mgr, Logger: log, Templates: hostedTemplates{s.rt}})
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,8 @@ import (
 	"github.com/mcpbox/mcpbox"
 	"github.com/mcpbox/mcpbox/adapter/httpserver"
 	"github.com/mcpbox/mcpbox/hosted"
+	"github.com/mcpbox/mcpbox/runtime/local"
+	"github.com/mcpbox/mcpbox/template"
 )
 
 // The tools commands discover and call a hosted server's tools: in this
@@ -44,12 +46,42 @@ func (m *Main) openHosted(cmd *cobra.Command, f *serversFlags) (*hostedStack, er
 	if err != nil {
 		return nil, err
 	}
-	h, err := hosted.New(&hosted.Options{Manager: s.mgr, File: c.ServersFile, Logger: log})
+	h, err := hosted.New(&hosted.Options{Manager: s.mgr, File: c.ServersFile, Logger: log, Templates: hostedTemplates{s.rt}})
 	if err != nil {
 		s.close()
 		return nil, err
 	}
 	return &hostedStack{h: h, close: func() { h.Close(); s.close() }}, nil
+}
+
+// hostedTemplates caches hosted servers' installs in the local runtime's
+// template store.
+type hostedTemplates struct{ rt *local.Runtime }
+
+func (t hostedTemplates) Exists(_ context.Context, name string) bool {
+	s, err := t.rt.Templates()
+	if err != nil {
+		return false
+	}
+	_, err = s.Get(name)
+	return err == nil
+}
+
+func (t hostedTemplates) Commit(ctx context.Context, id, name string, progress func(string)) error {
+	s, err := t.rt.Templates()
+	if err != nil {
+		return err
+	}
+	parent, err := t.rt.SandboxTemplate(id)
+	if err != nil {
+		return err
+	}
+	upper, err := t.rt.UpperDir(ctx, id)
+	if err != nil {
+		return err
+	}
+	_, err = s.Commit(ctx, name, parent, upper, template.Progress(progress))
+	return err
 }
 
 // printProgress shows a start-up's and a tool's progress on stderr.
