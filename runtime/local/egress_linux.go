@@ -181,6 +181,12 @@ func (r *Runtime) sweepEgress() {
 	for {
 		time.Sleep(30 * time.Second)
 		r.eg.mu.Lock()
+		if len(r.eg.serving) == 0 {
+			// Nothing left to watch: the next listenEgress starts another.
+			r.eg.sweeper = false
+			r.eg.mu.Unlock()
+			return
+		}
 		ids := make(map[string]uint64, len(r.eg.serving))
 		for id, ino := range r.eg.serving {
 			ids[id] = ino
