@@ -337,3 +337,41 @@ func TestNamesAndInUse(t *testing.T) {
 		t.Errorf("remove default: %v", err)
 	}
 }
+
+// TestHostileLinks: hard links and whiteouts whose names climb out of the
+// layer reach nothing outside it.
+func TestHostileLinks(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	for name, layer := range map[string]v1.Layer{
+		"hard link to a host file": layerOf(t, hardlink("passwd", "../../../../../../etc/passwd")),
+		"hard link through a symlink": layerOf(t, symlink("up", "/etc"), hardlink("passwd", "up/passwd")),
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := testStore(t, nil)
+			var before unix.Stat_t
+			unix.Stat("/etc/passwd", &before)
+			_, err := s.FromImage(ctx, "hostile", imageOf(t, nil, layer), "test", nil)
+			if err == nil || !strings.Contains(err.Error(), "which no layer has") {
+				t.Errorf("import: %v", err)
+			}
+			var after unix.Stat_t
+			unix.Stat("/etc/passwd", &after)
+			if after.Nlink != before.Nlink {
+				t.Fatalf("/etc/passwd gained a link: %d -> %d", before.Nlink, after.Nlink)
+			}
+		})
+	}
+	// A whiteout climbing out removes nothing outside the layer.
+	outside := filepath.Join(t.TempDir(), "victim")
+	os.WriteFile(outside, []byte("x"), 0o600)
+	s := testStore(t, nil)
+	rel, _ := filepath.Rel(s.LayersDir(), outside)
+	wh := filepath.Join(filepath.Dir(rel), ".wh."+filepath.Base(rel))
+	if _, err := s.FromImage(ctx, "wh", imageOf(t, nil, layerOf(t, file(wh, ""))), "test", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(outside); err != nil {
+		t.Errorf("a whiteout removed a file outside the layer: %v", err)
+	}
+}
