@@ -344,7 +344,7 @@ func TestHostileLinks(t *testing.T) {
 	requireRoot(t)
 	ctx := context.Background()
 	for name, layer := range map[string]v1.Layer{
-		"hard link to a host file": layerOf(t, hardlink("passwd", "../../../../../../etc/passwd")),
+		"hard link to a host file":    layerOf(t, hardlink("passwd", "../../../../../../etc/passwd")),
 		"hard link through a symlink": layerOf(t, symlink("up", "/etc"), hardlink("passwd", "up/passwd")),
 	} {
 		t.Run(name, func(t *testing.T) {
