@@ -21,7 +21,7 @@ type Server struct {
 	// Name matches ^[a-zA-Z0-9_-]+$. In servers.json it is the key.
 	Name string `json:"name,omitempty"`
 	// Command is the shell line that starts the server speaking MCP over
-	// stdio, run by bash in the working directory of the server's sandbox (/workspace).
+	// stdio, run by /bin/sh in the working directory of the server's sandbox (/workspace).
 	Command string `json:"command"`
 	// Env reaches the server process (and its install commands) only: it
 	// is sent in the agent's start request, never on a command line, never

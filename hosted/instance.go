@@ -352,7 +352,7 @@ func (in *instance) start(ctx context.Context, def Server, onProgress func(Progr
 		}
 	}
 	say("starting %s", def.Name)
-	r.proc, err = h.opts.Manager.StartStdio(ctx, in.owner, s.ID, manager.StdioRequest{Command: def.Command, Env: def.Env})
+	r.proc, err = h.opts.Manager.StartStdio(ctx, in.owner, s.ID, manager.StdioRequest{Args: shell(def.Command), Env: def.Env})
 	if err != nil {
 		return nil, fmt.Errorf("hosted server %s: start: %w", def.Name, err)
 	}
@@ -416,6 +416,10 @@ func (in *instance) startFailure(r *running, what string, ctx context.Context, e
 		WithSuggestion("check that its command starts an MCP server speaking stdio: run it with `mcpbox run -l shell`")
 }
 
+// shell runs a command line with /bin/sh, which every template has
+// (bash is not in every image).
+func shell(line string) []string { return []string{"/bin/sh", "-c", line} }
+
 // canCache says whether a sandbox of the template can be committed: the
 // host template's system is the host's /usr, which is no layer.
 func canCache(template string) bool {
@@ -450,7 +454,7 @@ func (in *instance) install(ctx context.Context, def Server, id string, say func
 	for i, c := range def.InstallCommands {
 		say("install %d/%d: %s", i+1, len(def.InstallCommands), c)
 		var last strings.Builder
-		res, err := in.h.opts.Manager.RunCommand(ctx, in.owner, id, manager.CommandRequest{Command: c, Env: def.Env,
+		res, err := in.h.opts.Manager.RunCommand(ctx, in.owner, id, manager.CommandRequest{Args: shell(c), Env: def.Env,
 			Timeout: in.h.opts.InstallTimeout}, func(_ bool, b []byte) {
 			for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
 				if line = strings.TrimSpace(line); line != "" {

@@ -61,8 +61,9 @@ def call(req):
         send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         return text("added")
     if name == "installs":
+        path = os.path.join(os.environ["HOME"], "installs") if os.environ.get("INSTALLS_IN_HOME") else "installs"
         try:
-            with open("installs") as f:
+            with open(path) as f:
                 return text(len(f.read().splitlines()))
         except OSError:
             return text(0)
