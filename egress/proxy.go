@@ -90,6 +90,10 @@ type Proxy struct {
 	opts   Options
 	log    *slog.Logger
 	global chan struct{}
+	// refusing bounds the connections being answered with a refusal at
+	// once: past it, a connection over a limit is closed unanswered, so a
+	// flood of them cannot hold descriptors either.
+	refusing chan struct{}
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -125,7 +129,8 @@ func New(opts *Options) (*Proxy, error) {
 	if o.HeaderTimeout <= 0 {
 		o.HeaderTimeout = 30 * time.Second
 	}
-	p := &Proxy{opts: o, log: o.Logger, global: make(chan struct{}, o.MaxConns), sessions: map[string]*session{}}
+	p := &Proxy{opts: o, log: o.Logger, global: make(chan struct{}, o.MaxConns), refusing: make(chan struct{}, 1024),
+		sessions: map[string]*session{}}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
@@ -266,7 +271,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		case s.sem <- struct{}{}:
 		default:
 			s.refused("(connection limit)", fmt.Sprintf("too many connections: this session may hold %d at once", cap(s.sem)))
-			go refuseRaw(c, http.StatusTooManyRequests, fmt.Sprintf("this session already holds %d connections through the egress proxy, its limit; close some and retry", cap(s.sem)), true)
+			s.p.refuseLater(c, http.StatusTooManyRequests, fmt.Sprintf("this session already holds %d connections through the egress proxy, its limit; close some and retry", cap(s.sem)))
 			continue
 		}
 		select {
@@ -274,11 +279,25 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		default:
 			<-s.sem
 			s.refused("(connection limit)", "the egress proxy is at its limit for all sessions")
-			go refuseRaw(c, http.StatusServiceUnavailable, "the egress proxy holds as many connections as it may for all sessions; retry shortly", true)
+			s.p.refuseLater(c, http.StatusServiceUnavailable, "the egress proxy holds as many connections as it may for all sessions; retry shortly")
 			continue
 		}
 		s.stats.active.Add(1)
 		return &trackedConn{Conn: c, s: s}, nil
+	}
+}
+
+// refuseLater answers c with a refusal in the background, or closes it
+// unanswered when too many refusals are under way.
+func (p *Proxy) refuseLater(c net.Conn, status int, msg string) {
+	select {
+	case p.refusing <- struct{}{}:
+		go func() {
+			defer func() { <-p.refusing }()
+			refuseRaw(c, status, msg, 5*time.Millisecond)
+		}()
+	default:
+		c.Close()
 	}
 }
 
@@ -482,17 +501,18 @@ func streamSocket(fd int) (net.Conn, error) {
 var discardLog = newDiscardLog()
 
 // refuseRaw answers a connection the proxy will not serve, then closes
-// it. With drain it first reads what the client still sends, briefly, so
+// it. It first reads what the client still sends, for up to drain, so
 // that closing a TCP connection with unread bytes does not reset it
-// before the client reads the answer; connections past a limit are not
-// drained, to give their descriptor back at once.
-func refuseRaw(c net.Conn, status int, msg string, drain bool) {
+// before the client reads the answer; connections past a limit are
+// drained only for what is already there, to give their descriptor back
+// at once.
+func refuseRaw(c net.Conn, status int, msg string, drain time.Duration) {
 	c.SetDeadline(time.Now().Add(2 * time.Second))
 	c.Write(responseBytes(status, msg))
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
-		if drain {
-			c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if drain > 0 {
+			c.SetReadDeadline(time.Now().Add(drain))
 			io.Copy(io.Discard, io.LimitReader(c, 64<<10))
 		}
 	}
@@ -565,7 +585,7 @@ func (s *session) refuse(w http.ResponseWriter, ref *refusal) {
 		return
 	}
 	brw.Flush()
-	refuseRaw(c, ref.status, ref.reason, true)
+	refuseRaw(c, ref.status, ref.reason, 50*time.Millisecond)
 }
 
 func (s *session) refused(host, reason string) {
@@ -689,8 +709,8 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }
 
 // copy moves bytes from src to dst, counting them into n and keeping to
 // the session's bandwidth. Without a bandwidth limit the kernel moves
-// them (splice between the TCP and Unix sockets), and n is counted when
-// the stream ends.
+// them (splice between the sockets), a few MiB at a time so that the
+// counters follow a long download.
 func (s *session) copy(dst io.Writer, src io.Reader, n *atomic.Int64) error {
 	if tc, ok := dst.(*trackedConn); ok {
 		dst = tc.raw()
@@ -699,9 +719,16 @@ func (s *session) copy(dst io.Writer, src io.Reader, n *atomic.Int64) error {
 		src = tc.raw()
 	}
 	if s.rate == nil {
-		k, err := io.Copy(dst, src)
-		n.Add(k)
-		return err
+		for {
+			k, err := io.CopyN(dst, src, 4<<20)
+			n.Add(k)
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+		}
 	}
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)

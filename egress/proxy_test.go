@@ -614,6 +614,9 @@ func TestCollector(t *testing.T) {
 	c := unixClient(h.unixSession("metrics", &mcpbox.NetworkPolicy{Allow: []string{"api.test:" + pp, "127.0.0.1"}}))
 	get(t, c, "http://api.test:"+pp+"/")
 	get(t, c, "http://nope.test:"+pp+"/")
+	for deadline := time.Now().Add(5 * time.Second); h.p.Stats("metrics").Active > 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(h.p.Collector())
 	mfs, err := reg.Gather()
