@@ -34,6 +34,9 @@ type Template struct {
 	Env map[string]string `json:"env,omitempty"`
 	// Languages are the languages whose interpreter the template has.
 	Languages []Language `json:"languages,omitempty"`
+	// Shell runs shell lines (commands): /bin/bash when the template has
+	// it, else /bin/sh.
+	Shell string `json:"shell,omitempty"`
 	// Source says where it came from: "oci:PATH", "registry:REF",
 	// "commit:SESSION", "debian:SUITE", "recipe:NAME", "host".
 	Source string `json:"source,omitempty"`

@@ -71,7 +71,7 @@ func (m *Manager) StartCommand(ctx context.Context, owner, id string, req Comman
 	started := make(chan error, 1)
 	go func() {
 		defer cancel()
-		_, err := c.client.Run(rctx, agentclient.Command{Cmd: "/bin/bash", Args: []string{"-c", req.Command},
+		_, err := c.client.Run(rctx, agentclient.Command{Cmd: m.shell(ctx, s), Args: []string{"-c", req.Command},
 			Env: mergeEnv(s.Env, req.Env), Cwd: req.Cwd, Tag: handle, OnStart: func() { started <- nil }}, nil, nil)
 		if err != nil {
 			select {

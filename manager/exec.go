@@ -87,6 +87,9 @@ func (m *Manager) RunCommand(ctx context.Context, owner, id string, req CommandR
 	if err != nil {
 		return nil, err
 	}
+	if req.Command != "" {
+		argv[0] = m.shell(ctx, s)
+	}
 	release, err := m.acquire(id, c)
 	if err != nil {
 		return nil, err

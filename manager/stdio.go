@@ -61,6 +61,9 @@ func (m *Manager) StartStdio(ctx context.Context, owner, id string, req StdioReq
 	if err != nil {
 		return nil, err
 	}
+	if req.Command != "" {
+		argv[0] = m.shell(ctx, s)
+	}
 	p, err := c.client.StartStdio(ctx, agentclient.Command{Cmd: argv[0], Args: argv[1:], Env: mergeEnv(s.Env, req.Env), Cwd: req.Cwd})
 	if err != nil {
 		return nil, m.callError(ctx, id, err)

@@ -82,6 +82,18 @@ func (m *Manager) poolTemplate(spec *PoolSpec) (python, ok bool) {
 	return t == nil || t.Has(mcpbox.Python), true
 }
 
+// shell is the program that runs shell lines in s: bash, unless s's
+// template has none.
+func (m *Manager) shell(ctx context.Context, s *mcpbox.Session) string {
+	if s.Template == "" || m.opts.Templates == nil {
+		return "/bin/bash"
+	}
+	if t, err := m.opts.Templates.Template(ctx, s.Template, nil); err == nil && t.Shell != "" {
+		return t.Shell
+	}
+	return "/bin/sh"
+}
+
 // TemplateUsers lists the live sessions and the pools that use template
 // name: what keeps it from being removed.
 func (m *Manager) TemplateUsers(ctx context.Context, name string) ([]string, error) {

@@ -23,7 +23,7 @@ func (c catalog) Templates(context.Context) ([]*mcpbox.Template, error) { return
 
 var testCatalog = catalog{
 	"code-interpreter": {Name: "code-interpreter", Layers: []string{"sha256:1"}, Languages: []mcpbox.Language{mcpbox.JavaScript, mcpbox.Python, mcpbox.Shell}},
-	"shonly":           {Name: "shonly", Layers: []string{"sha256:2"}, Languages: []mcpbox.Language{mcpbox.Shell}},
+	"shonly":           {Name: "shonly", Layers: []string{"sha256:2"}, Languages: []mcpbox.Language{mcpbox.Shell}, Shell: "/bin/sh"},
 }
 
 func TestTemplateNames(t *testing.T) {
@@ -52,6 +52,10 @@ func TestTemplateNames(t *testing.T) {
 	err = m.ExecuteCode(ctx, "alice", s.ID, manager.CodeRequest{Code: "1", Language: "python"}, func(mcpbox.CodeEvent) {})
 	if mcpbox.ErrorCode(err) != mcpbox.EUNSUPPORTED || !strings.Contains(err.Error(), "template shonly has no python") {
 		t.Errorf("python in a template without it: %v", err)
+	}
+	res, err := m.RunCommand(ctx, "alice", s.ID, manager.CommandRequest{Command: "echo $0"}, nil)
+	if err != nil || string(res.Stdout) != "/bin/sh\n" {
+		t.Errorf("a template without bash runs commands with its sh: %v %+v", err, res)
 	}
 	users, err := m.TemplateUsers(ctx, "shonly")
 	if err != nil || len(users) != 1 || !strings.Contains(users[0], s.ID) {

@@ -60,7 +60,7 @@ func (s *Store) Commit(ctx context.Context, name, parent, upper string, progress
 	t := &mcpbox.Template{Name: name, Layers: append(append([]string{}, base.Layers...), digest),
 		User: base.User, Workdir: base.Workdir, Env: base.Env, Parent: base.Name,
 		Source: "commit", Created: time.Now().UTC()}
-	t.Languages = s.detectLanguages(t.Layers)
+	s.detect(t)
 	if err := s.save(t); err != nil {
 		return nil, err
 	}

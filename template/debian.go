@@ -125,7 +125,7 @@ func (s *Store) Build(ctx context.Context, name string, o *BuildOptions, progres
 		t.Source = "recipe:" + name + " (debian:" + suite + ")"
 		maps(t.Env, recipe.Env)
 	}
-	t.Languages = s.detectLanguages(t.Layers)
+	s.detect(t)
 	if err := s.save(t); err != nil {
 		return nil, err
 	}

@@ -293,7 +293,7 @@ func (s *Store) fromImage(ctx context.Context, name string, img v1.Image, source
 		t.Layers = append(t.Layers, got)
 	}
 	t.User, t.Workdir, t.Env = cf.Config.User, cf.Config.WorkingDir, parseEnv(cf.Config.Env)
-	t.Languages = s.detectLanguages(t.Layers)
+	s.detect(t)
 	if err := s.save(t); err != nil {
 		return nil, err
 	}
@@ -320,6 +320,15 @@ var langBinaries = map[mcpbox.Language][]string{
 	mcpbox.Python:     {"python3"},
 	mcpbox.JavaScript: {"node", "nodejs"},
 	mcpbox.Shell:      {"sh"},
+}
+
+// detect fills in what t offers: its languages and its shell.
+func (s *Store) detect(t *mcpbox.Template) {
+	t.Languages = s.detectLanguages(t.Layers)
+	t.Shell = "/bin/sh"
+	if s.lookup(t.Layers, "bin/bash") || s.lookup(t.Layers, "usr/bin/bash") {
+		t.Shell = "/bin/bash"
+	}
 }
 
 // detectLanguages looks for each language's program in the usual bin

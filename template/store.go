@@ -158,7 +158,7 @@ func Canonical(name string) string {
 // Host is the host template's description.
 func Host() *mcpbox.Template {
 	return &mcpbox.Template{Name: mcpbox.HostTemplate, Source: "host",
-		Languages: hostLanguages(), Workdir: "/workspace"}
+		Languages: hostLanguages(), Workdir: "/workspace", Shell: "/bin/bash"}
 }
 
 func hostLanguages() []mcpbox.Language {
