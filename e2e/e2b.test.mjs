@@ -137,8 +137,8 @@ test("commands", async (t) => {
   });
 
   await t.test("the default user and root", async () => {
-    const r = await sbx.commands.run("whoami; echo $HOME");
-    assert.equal(r.stdout, "user\n/home/user\n");
+    const r = await sbx.commands.run("whoami; echo $HOME; pwd");
+    assert.equal(r.stdout, "user\n/home/user\n/home/user\n", "as on E2B, commands start at home");
     const root = await sbx.commands.run("whoami; id -u", { user: "root" });
     assert.equal(root.stdout, "root\n0\n");
   });

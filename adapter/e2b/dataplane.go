@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -49,6 +50,9 @@ func dataPlaneTarget(r *http.Request) (id, port string, ok bool) {
 	}
 	return m[2], m[1], true
 }
+
+// defaultUser is envd's Authorization for the user "user".
+var defaultUser = "Basic " + base64.StdEncoding.EncodeToString([]byte("user:"))
 
 // hopHeaders are E2B's routing and credential headers: they stop here and
 // never reach the sandbox.
@@ -101,6 +105,13 @@ func (h *Handler) serveData(w http.ResponseWriter, r *http.Request, id, port str
 			// business seeing.
 			if a := pr.Out.Header.Get("Authorization"); a != "" && !strings.HasPrefix(a, "Basic ") {
 				pr.Out.Header.Del("Authorization")
+			}
+			// The SDK names no user for the default one; envd then acts
+			// as "user", starting commands in its home. Named, the agent
+			// does the same (unnamed, it starts them in /workspace, as
+			// MCP's tools expect).
+			if pr.Out.Header.Get("Authorization") == "" {
+				pr.Out.Header.Set("Authorization", defaultUser)
 			}
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {

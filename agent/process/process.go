@@ -253,6 +253,12 @@ func (s *Service) start(req *processpb.StartRequest, u user) (*proc, *subscriber
 		env[k] = v
 	}
 	cwd := s.opts.DefaultCwd
+	if u.named {
+		// As envd: a named user starts at home, when there is one.
+		if fi, err := os.Stat(env["HOME"]); err == nil && fi.IsDir() {
+			cwd = env["HOME"]
+		}
+	}
 	if cfg.Cwd != nil && *cfg.Cwd != "" {
 		cwd = *cfg.Cwd
 	}

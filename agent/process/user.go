@@ -14,6 +14,9 @@ import (
 // user ("user", the Options' Uid).
 type user struct {
 	root bool
+	// named is set when the request names its user: envd then starts a
+	// process without a cwd in that user's home, not in DefaultCwd.
+	named bool
 }
 
 // userOf reads the user from an Authorization header value.
@@ -31,10 +34,12 @@ func userOf(auth string) (user, error) {
 	}
 	name, _, _ := strings.Cut(string(raw), ":")
 	switch name {
-	case "", "user":
+	case "":
 		return user{}, nil
+	case "user":
+		return user{named: true}, nil
 	case "root":
-		return user{root: true}, nil
+		return user{root: true, named: true}, nil
 	}
 	return user{}, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("unknown user %q: use user or root", name))
 }
