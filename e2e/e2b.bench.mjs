@@ -23,6 +23,13 @@ if (what === "create") {
     await s.kill();
     await sleep(Number(process.env.REFILL_MS ?? 1500));
   }
+} else if (what === "health") {
+  // isRunning() is GET /health through the data plane: what the adapter
+  // and the door add to any call, with no work in the sandbox.
+  const s = await Sandbox.create();
+  for (let i = 0; i < 5; i++) await s.isRunning();
+  for (let i = 0; i < n; i++) await time(() => s.isRunning());
+  await s.kill();
 } else if (what === "run") {
   const s = await Sandbox.create();
   for (let i = 0; i < 5; i++) await s.commands.run("true");
@@ -40,6 +47,6 @@ if (what === "create") {
   }
   await s.kill();
 } else {
-  throw new Error(`unknown call ${what}: use create, run or code`);
+  throw new Error(`unknown call ${what}: use create, health, run or code`);
 }
 console.log(JSON.stringify(out));

@@ -49,6 +49,7 @@ func BenchmarkE2B(b *testing.B) {
 		}
 	}
 	b.Run("sdk=e2b/create", sdk("create"))
+	b.Run("sdk=e2b/isRunning", sdk("health"))
 	b.Run("sdk=e2b/commands.run", sdk("run"))
 	b.Run("sdk=e2b/runCode", sdk("code"))
 
