@@ -1,0 +1,161 @@
+package hosted_test
+
+import (
+	"context"
+	"os/exec"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpbox/mcpbox/adapter/mcpserver"
+	"github.com/mcpbox/mcpbox/hosted"
+	"github.com/mcpbox/mcpbox/internal/testutil"
+	"github.com/mcpbox/mcpbox/manager"
+	"github.com/mcpbox/mcpbox/runtime/local"
+	"github.com/mcpbox/mcpbox/store/memstore"
+)
+
+// benchHosts is Hosts on the local runtime with the test server as "py",
+// on template pyimg when cached is set (its install cached).
+func benchHosts(b *testing.B, cached bool) (*hosted.Hosts, *manager.Manager) {
+	b.Helper()
+	testutil.RequireRoot(b)
+	rt, err := local.New(&local.Options{Home: testutil.Home(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	opts := &manager.Options{Runtime: rt, Store: memstore.New()}
+	if cached {
+		store, err := rt.Templates()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := store.FromImage(ctx, "pyimg", testutil.PythonImage(b), "test", nil); err != nil {
+			b.Fatal(err)
+		}
+		opts.Templates = store
+	}
+	m, err := manager.New(ctx, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, err := hosted.New(&hosted.Options{Manager: m, Templates: localTemplates{rt}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		h.Close()
+		m.StopAll(context.Background())
+	})
+	def := pyDef(b, "py", nil)
+	if cached {
+		def.Template = "pyimg"
+		def.InstallCommands = []string{`echo ran >> "$HOME/installs"`}
+	}
+	if err := h.Add(def); err != nil {
+		b.Fatal(err)
+	}
+	return h, m
+}
+
+// direct starts the test server on the host and connects to it over
+// stdio, as an MCP client on this machine would.
+func direct(b *testing.B) *mcp.ClientSession {
+	b.Helper()
+	// The interpreter the sandboxes run (PATH may lead to a slower shim).
+	cmd := exec.Command("/usr/bin/python3", "-c", pyServer(b))
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench"}, nil).Connect(context.Background(),
+		&mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return cs
+}
+
+// BenchmarkWarmCall compares one tool call on a warm server: made
+// directly over stdio to the server on the host, and through mcpbox's
+// gateway to the same server in a sandbox (MCP client → gateway →
+// hosted → the manager's door → the agent's process stream).
+func BenchmarkWarmCall(b *testing.B) {
+	args := map[string]any{"x": "hello"}
+	b.Run("direct-stdio", func(b *testing.B) {
+		cs := direct(b)
+		defer cs.Close()
+		var tm testutil.Timings
+		for b.Loop() {
+			tm.Time(func() {
+				if _, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "echo", Arguments: args}); err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+		tm.Report(b)
+	})
+	b.Run("gateway", func(b *testing.B) {
+		h, m := benchHosts(b, false)
+		srv, err := mcpserver.New(mcpserver.Options{Manager: m, Hosted: h})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ct, st := mcp.NewInMemoryTransports()
+		if _, err := srv.For("alice").Connect(context.Background(), st, nil); err != nil {
+			b.Fatal(err)
+		}
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench"}, nil).Connect(context.Background(), ct, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cs.Close()
+		if _, err := cs.ListTools(context.Background(), nil); err != nil { // started and listed
+			b.Fatal(err)
+		}
+		var tm testutil.Timings
+		for b.Loop() {
+			tm.Time(func() {
+				res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "py__echo", Arguments: args})
+				if err != nil || res.IsError {
+					b.Fatal(err, res)
+				}
+			})
+		}
+		tm.Report(b)
+	})
+}
+
+// BenchmarkFirstCall compares the server's own start-up (a process on the
+// host, up to its answer to initialize) with mcpbox's first call to it
+// when its install is cached: a sandbox from the cached template, the
+// start, the handshake, tools/list and the call.
+func BenchmarkFirstCall(b *testing.B) {
+	b.Run("server-start-alone", func(b *testing.B) {
+		var tm testutil.Timings
+		for b.Loop() {
+			var cs *mcp.ClientSession
+			tm.Time(func() { cs = direct(b) })
+			b.StopTimer()
+			cs.Close()
+			b.StartTimer()
+		}
+		tm.Report(b)
+	})
+	b.Run("cached-install", func(b *testing.B) {
+		h, _ := benchHosts(b, true)
+		ctx := context.Background()
+		if _, err := h.Call(ctx, "alice", "py", "count", nil, nil); err != nil { // installs and commits
+			b.Fatal(err)
+		}
+		var tm testutil.Timings
+		for b.Loop() {
+			b.StopTimer()
+			h.Stop("alice", "py")
+			b.StartTimer()
+			tm.Time(func() {
+				if _, err := h.Call(ctx, "alice", "py", "count", nil, nil); err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+		tm.Report(b)
+	})
+}
