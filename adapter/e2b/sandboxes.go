@@ -177,7 +177,11 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		if isUnknownTemplate(err) {
-			writeError(w, http.StatusNotFound, fmt.Sprintf("template %q not found: use base (or code-interpreter-v1), or a template mcpbox knows", tpl))
+			msg := fmt.Sprintf("template %q not found (%v)", tpl, err)
+			if sug := mcpbox.ErrorSuggestions(err); len(sug) > 0 {
+				msg += ": " + strings.Join(sug, "; ")
+			}
+			writeError(w, http.StatusNotFound, msg)
 			return
 		}
 		writeDomainError(w, err)
@@ -588,7 +592,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		if len(out) == limit {
-			next = cursor{s.Created, s.ID}.encodeBefore(all, out)
+			next = pageToken(out[len(out)-1])
 			break
 		}
 		out = append(out, h.info(s, false))
@@ -612,9 +616,9 @@ func (c *cursor) before(s *mcpbox.Session) bool {
 	return c.id < s.ID
 }
 
-// encodeBefore returns the token of the last sandbox of the page.
-func (cursor) encodeBefore(_ []*mcpbox.Session, page []infoJSON) string {
-	last := page[len(page)-1]
+// pageToken is the nextToken of a page whose last sandbox is last: the
+// next page starts after it.
+func pageToken(last infoJSON) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(last.StartedAt.Format(time.RFC3339Nano) + "|" + last.SandboxID))
 }
 
