@@ -27,7 +27,7 @@ type executeCodeIn struct {
 	Template  string                `json:"template,omitempty" jsonschema:"Sandbox template for a new session; only default exists."`
 	Flavor    string                `json:"flavor,omitempty" jsonschema:"Size of a new session: small (1 CPU, 1 GiB), medium (2 CPU, 2 GiB), large (4 CPU, 4 GiB) or a flavor the server defines."`
 	Timeout   float64               `json:"timeout,omitempty" jsonschema:"Seconds before the code is interrupted (1 to 3600). The session and its state survive a timeout."`
-	Event     json.RawMessage       `json:"event,omitempty" jsonschema:"Handler mode: when given, the code must define handler(event, context) (Python) or export handler (JavaScript); it is called with this JSON value and its return value comes back as return_value."`
+	Event     json.RawMessage       `json:"event,omitempty" jsonschema:"Handler mode (python or javascript): when given, the code defines handler(event, context) (in JavaScript also exports.handler or module.exports.handler; a handler this code defines wins over an earlier one); it is called with this JSON value and what it returns comes back as return_value."`
 	Env       map[string]string     `json:"env,omitempty" jsonschema:"Environment variables for this execution (and for a new session)."`
 	Network   *mcpbox.NetworkPolicy `json:"network,omitempty" jsonschema:"Network access: which hosts the session may reach over HTTP and HTTPS, e.g. {\"allow\": [\"pypi.org\", \"files.pythonhosted.org\"]}. Without it a new session has the server's default (usually no network); with session_id it replaces that session's policy."`
 }
