@@ -21,7 +21,7 @@ import (
 //	GET  /v1/servers                      the definitions (env names only)
 //	GET  /v1/servers/{name}/tools         the server's tools, starting it if needed
 //	POST /v1/servers/{name}/tools/{tool}  call a tool; the body is its arguments
-//	POST /v1/quick                        {command, env, tool, arguments}: one call, nothing saved
+//	POST /v1/quick                        {command, env, network, tool, arguments}: one call, nothing saved
 //
 // A call answers the tool's result as MCP shapes it (content,
 // structuredContent, isError). With Accept: application/x-ndjson it
@@ -131,10 +131,11 @@ func (h *Handler) quick(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var in struct {
-		Command   string            `json:"command"`
-		Env       map[string]string `json:"env"`
-		Tool      string            `json:"tool"`
-		Arguments json.RawMessage   `json:"arguments"`
+		Command   string                `json:"command"`
+		Env       map[string]string     `json:"env"`
+		Network   *mcpbox.NetworkPolicy `json:"network"`
+		Tool      string                `json:"tool"`
+		Arguments json.RawMessage       `json:"arguments"`
 	}
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
@@ -152,7 +153,7 @@ func (h *Handler) quick(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer tmp.Close()
-	if err := tmp.Add(hosted.Server{Name: "quick", Command: in.Command, Env: in.Env}); err != nil {
+	if err := tmp.Add(hosted.Server{Name: "quick", Command: in.Command, Env: in.Env, Network: in.Network}); err != nil {
 		h.writeError(w, err)
 		return
 	}

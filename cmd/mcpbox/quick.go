@@ -17,8 +17,8 @@ const quickName = "quick"
 
 func (m *Main) quickCommand() *cobra.Command {
 	var cfgFile, params string
-	var param, env []string
-	var asJSON bool
+	var param, env, network []string
+	var asJSON, public bool
 	cmd := &cobra.Command{
 		Use:   `quick "COMMAND" TOOL`,
 		Short: "Start an MCP server from a command, call one tool, stop it (nothing saved)",
@@ -35,12 +35,15 @@ func (m *Main) quickCommand() *cobra.Command {
 				return err
 			}
 			def := hosted.Server{Name: quickName, Command: args[0], Env: vars}
+			if len(network) > 0 || public {
+				def.Network = &mcpbox.NetworkPolicy{Allow: network, Public: public}
+			}
 			if err := def.Validate(); err != nil {
 				return err
 			}
 			var res *mcp.CallToolResult
 			if rc := restClient(); rc != nil {
-				res, err = rc.call(cmd.Context(), "/v1/quick", map[string]any{"command": args[0], "env": vars, "tool": args[1], "arguments": in}, m.printProgress)
+				res, err = rc.call(cmd.Context(), "/v1/quick", map[string]any{"command": args[0], "env": vars, "network": def.Network, "tool": args[1], "arguments": in}, m.printProgress)
 			} else {
 				c, cerr := m.loadConfig(cmd, &configFlags{file: cfgFile})
 				if cerr != nil {
@@ -59,6 +62,8 @@ func (m *Main) quickCommand() *cobra.Command {
 	cmd.Flags().StringArrayVar(&param, "param", nil, "key=value; a value that parses as JSON is taken as JSON (repeatable)")
 	cmd.Flags().StringArrayVar(&env, "env", nil, "KEY=VALUE for the server process (repeatable)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw result as JSON")
+	cmd.Flags().StringArrayVar(&network, "network-allow", nil, "a domain the server may reach, such as registry.npmjs.org (repeatable)")
+	cmd.Flags().BoolVar(&public, "network-public", false, "let the server reach any public address")
 	return cmd
 }
 
