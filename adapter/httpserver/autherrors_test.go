@@ -3,6 +3,7 @@ package httpserver_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -70,6 +71,44 @@ func TestAuthRefusalsShareOneShape(t *testing.T) {
 			if body["error_code"] != mcpbox.EUNAUTH || !strings.Contains(body["message"].(string), tc.want) {
 				t.Errorf("%s %s: %s", tc.name, path, b)
 			}
+		}
+	}
+}
+
+// TestRefusalsAreJSON: a foreign Origin, a DNS-rebinding Host and a wrong
+// method get the same JSON body as every other refusal, not plain text.
+func TestRefusalsAreJSON(t *testing.T) {
+	f := newFixture(t, httpserver.Options{})
+	for _, tc := range []struct {
+		name, method, path string
+		h                  headers
+		host               string
+		status             int
+		want               string
+	}{
+		{"foreign origin", http.MethodPost, "/mcp", headers{"Origin": "https://evil.example"}, "", http.StatusForbidden, "Origin https://evil.example may not call this server"},
+		{"rebinding host", http.MethodPost, "/mcp", headers{}, "evil.example", http.StatusForbidden, "Host evil.example is not this server"},
+		{"sse method", http.MethodPut, "/sse", headers{}, "", http.StatusMethodNotAllowed, "PUT is not allowed on /sse"},
+		{"sse unknown stream", http.MethodPost, "/sse?sessionid=nope", headers{}, "", http.StatusNotFound, "no SSE stream with this sessionid"},
+	} {
+		req, _ := http.NewRequest(tc.method, f.url+tc.path, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+		req.Header.Set("Content-Type", "application/json")
+		for k, v := range tc.h {
+			req.Header.Set(k, v)
+		}
+		if tc.host != "" {
+			req.Host = tc.host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var body map[string]any
+		if resp.StatusCode != tc.status || json.Unmarshal(b, &body) != nil || body["severity"] != "error" ||
+			!strings.Contains(fmt.Sprint(body["message"]), tc.want) || len(body["recovery_suggestions"].([]any)) == 0 {
+			t.Errorf("%s: %d %q", tc.name, resp.StatusCode, b)
 		}
 	}
 }

@@ -243,7 +243,17 @@ type keyCtx struct{}
 // unauthorized answers 401 with the body every refusal has.
 func unauthorized(w http.ResponseWriter, message, suggestion string) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="mcpbox"`)
-	writeJSON(w, http.StatusUnauthorized, mcpserver.ToolError{ErrorCode: mcpbox.EUNAUTH, Category: "auth", Severity: "error",
+	writeError(w, http.StatusUnauthorized, mcpbox.EUNAUTH, message, suggestion)
+}
+
+// writeError answers with the JSON body a tool error has
+// (mcpserver.ToolError), so every refusal on every path reads alike.
+func writeError(w http.ResponseWriter, status int, code, message, suggestion string) {
+	category := map[string]string{mcpbox.EUNAUTH: "auth", mcpbox.ENOTFOUND: "input", mcpbox.EUNSUPPORTED: "input"}[code]
+	if category == "" {
+		category = "server"
+	}
+	writeJSON(w, status, mcpserver.ToolError{ErrorCode: code, Category: category, Severity: "error",
 		Message: message, RecoverySuggestions: []string{suggestion}, Context: map[string]any{}})
 }
 
@@ -288,7 +298,8 @@ func (h *Handler) keysConfigured(ctx context.Context) bool {
 func (h *Handler) checkHost(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && isLoopback(la.String()) && !isLoopback(r.Host) {
-			http.Error(w, "Forbidden: Host "+r.Host+" is not this server", http.StatusForbidden)
+			writeError(w, http.StatusForbidden, mcpbox.EUNAUTH, "Host "+r.Host+" is not this server: a loopback listener answers only loopback names (a browser page reaching it through another name is DNS rebinding)",
+				"call it as http://127.0.0.1:PORT or http://localhost:PORT, or listen on another address with --host")
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -318,7 +329,8 @@ func (h *Handler) cors(next http.Handler) http.Handler {
 			return
 		}
 		if !h.originAllowed(origin, r.Host) {
-			http.Error(w, "Forbidden: Origin "+origin+" may not call this server; an operator can allow it with --cors-origin", http.StatusForbidden)
+			writeError(w, http.StatusForbidden, mcpbox.EUNAUTH, "Origin "+origin+" may not call this server",
+				"an operator can allow it with --cors-origin "+origin+" (or cors_origins in the config)")
 			return
 		}
 		hd := w.Header()
@@ -372,7 +384,8 @@ func (h *Handler) serveSSE(w http.ResponseWriter, r *http.Request) {
 		s := h.sse.m[id]
 		h.sse.mu.Unlock()
 		if s == nil || s.owner != owner {
-			http.Error(w, "session not found", http.StatusNotFound)
+			writeError(w, http.StatusNotFound, mcpbox.ENOTFOUND, "no SSE stream with this sessionid is open for this caller",
+				"open the stream with GET /sse first and post to the endpoint its first event names")
 			return
 		}
 		select {
@@ -397,7 +410,7 @@ func (h *Handler) serveSSE(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-cache")
 		ss, err := h.opts.MCP.For(owner).Connect(r.Context(), s.t, nil)
 		if err != nil {
-			http.Error(w, "connection failed", http.StatusInternalServerError)
+			writeError(w, http.StatusInternalServerError, mcpbox.EINTERNAL, "the MCP connection could not be set up", "retry; if it keeps failing, report it with the server's log")
 			return
 		}
 		close(s.ready)
@@ -410,6 +423,6 @@ func (h *Handler) serveSSE(w http.ResponseWriter, r *http.Request) {
 		}
 	default:
 		w.Header().Set("Allow", "GET, POST")
-		http.Error(w, "Method Not Allowed", http.StatusMethodNotAllowed)
+		writeError(w, http.StatusMethodNotAllowed, mcpbox.EUNSUPPORTED, r.Method+" is not allowed on /sse", "GET /sse opens a stream; POST sends a message to it")
 	}
 }
