@@ -152,8 +152,11 @@ func TestCLIFirstHour(t *testing.T) {
 		for _, ttl := range []string{"7200", "2h"} {
 			code, out, errOut := cli(t, bin, env, dir, "session", "create", "--ttl", ttl)
 			id := strings.TrimSpace(out)
-			if code != 0 || id == "" {
+			if code != 0 || id == "" || strings.Contains(id, " ") {
 				t.Fatalf("--ttl %s: exit %d, %q %q", ttl, code, out, errOut)
+			}
+			if !strings.Contains(errOut, "at the latest (its ttl), and sooner if unused") {
+				t.Errorf("--ttl %s: stderr %q does not say both deadlines", ttl, errOut)
 			}
 			cli(t, bin, env, dir, "session", "rm", id)
 		}

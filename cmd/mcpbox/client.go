@@ -174,10 +174,18 @@ func (m *Main) sessionCommand() *cobra.Command {
 			var out struct {
 				SessionID string `json:"session_id"`
 			}
-			if err := callTool(cmd.Context(), cs, "create_session", args, &out); err != nil {
+			res, err := callToolResult(cmd.Context(), cs, "create_session", args, &out)
+			if err != nil {
 				return err
 			}
 			fmt.Fprintln(m.Stdout, out.SessionID)
+			// When it ends, and why, for the person; stdout stays the id
+			// alone, for scripts.
+			for _, c := range res.Content {
+				if t, ok := c.(*mcp.TextContent); ok {
+					fmt.Fprintln(m.Stderr, t.Text)
+				}
+			}
 			return nil
 		},
 	}
