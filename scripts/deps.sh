@@ -42,6 +42,7 @@ if [[ $profile == test ]]; then
     "unshare util-linux"
     "ip iproute2"
     "gcc gcc"           # cgo, which go test -race needs
+    "mmdebstrap mmdebstrap" # builds the Debian templates the template tests run
   )
 fi
 missing=()
