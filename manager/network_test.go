@@ -2,12 +2,16 @@ package manager_test
 
 import (
 	"context"
+	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/mcpbox/mcpbox"
+	"github.com/mcpbox/mcpbox/internal/testutil"
 	"github.com/mcpbox/mcpbox/manager"
+	"github.com/mcpbox/mcpbox/store/sqlite"
 )
 
 // fakeEgress records what the manager tells the proxy.
@@ -104,4 +108,30 @@ func TestNetworkPolicy(t *testing.T) {
 			t.Fatalf("no session: %v, %v", got, err)
 		}
 	})
+}
+
+// BenchmarkEgressPolicy is what the egress proxy pays per request to
+// read a session's policy from the SQLite store.
+func BenchmarkEgressPolicy(b *testing.B) {
+	st, err := sqlite.Open(filepath.Join(b.TempDir(), "mcpbox.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	m, err := manager.New(context.Background(), &manager.Options{Runtime: testutil.NewFakeRuntime(), Store: st, Egress: &fakeEgress{},
+		WarmKernel: func(context.Context, http.RoundTripper) error { return nil }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	s, err := m.Create(ctx, "alice", manager.CreateRequest{Network: &mcpbox.NetworkPolicy{Allow: []string{"pypi.org", "files.pythonhosted.org"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Stop(ctx, "alice", s.ID)
+	for b.Loop() {
+		if p, err := m.EgressPolicy(ctx, s.ID); err != nil || p.None() {
+			b.Fatal(p, err)
+		}
+	}
 }
