@@ -86,6 +86,10 @@ func TestTTLSecondsOrDuration(t *testing.T) {
 			if !strings.Contains(text, fmt.Sprint(r.S["ends_at"])+" at the latest (its ttl)") || !strings.Contains(text, "after 15m0s without a call (the server's idle timeout") {
 				t.Errorf("text does not give both deadlines and why: %q", text)
 			}
+			list := ok(t, cs, "get_sessions", map[string]any{"session_id": r.S["session_id"]})
+			if !strings.Contains(list.text(), "ends by "+fmt.Sprint(r.S["ends_at"])) || !strings.Contains(list.text(), "expires if unused") {
+				t.Errorf("get_sessions text: %q", list.text())
+			}
 			ok(t, cs, "stop_session", map[string]any{"session_id": r.S["session_id"]})
 		})
 	}

@@ -319,7 +319,12 @@ func getSessions() registrar {
 				if langs == "" {
 					langs = "-"
 				}
-				fmt.Fprintf(&b, "%s  %s  %s  created %s  last used %s  expires %s  state: %s  network: %s", s.SessionID, s.State, s.Flavor, s.Created, s.LastUsed, s.ExpiresAt, langs, s.Network)
+				ends := s.EndsAt
+				if ends == "" {
+					ends = "-"
+				}
+				fmt.Fprintf(&b, "%s  %s  %s  created %s  last used %s  expires if unused %s  ends by %s  live state in: %s  network: %s",
+					s.SessionID, s.State, s.Flavor, s.Created, s.LastUsed, s.ExpiresAt, ends, langs, s.Network)
 				if e := s.Egress; e != nil {
 					fmt.Fprintf(&b, " (%d connections, %d bytes in, %d out, %d refused)", e.Connections, e.BytesIn, e.BytesOut, e.Refused)
 				}
