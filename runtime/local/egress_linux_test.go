@@ -1,8 +1,11 @@
 package local_test
 
 import (
+	"archive/zip"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -24,7 +27,7 @@ type testDNS struct{}
 
 func (testDNS) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
 	switch host {
-	case "api.test", "other.test", "files.pythonhosted.test":
+	case "api.test", "other.test", "pypi.test":
 		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
 	}
 	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
@@ -110,6 +113,11 @@ func TestEgressThroughSandbox(t *testing.T) {
 	}))
 	defer srv.Close()
 	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/leftpad" { // an npm registry's package document
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, `{"name":"leftpad","dist-tags":{"latest":"1.2.3"},"versions":{"1.2.3":{"name":"leftpad","version":"1.2.3"}}}`)
+			return
+		}
 		fmt.Fprintf(w, "secure %s", r.Host)
 	}))
 	defer tlsSrv.Close()
@@ -165,10 +173,14 @@ except Exception as e:
 		if out := shOut(t, c, py+"https://other.test:"+tport+"/"); !strings.Contains(out, "403 Forbidden by mcpbox network policy") {
 			t.Errorf("python urllib to another host: %q", out)
 		}
+		// npm reads HTTPS_PROXY itself and tunnels with CONNECT.
+		if out := shOut(t, c, "npm view leftpad version --registry https://api.test:"+tport+"/ --strict-ssl=false --no-update-notifier --cache /tmp/npm 2>&1"); out != "1.2.3" {
+			t.Errorf("npm through the proxy: %q", out)
+		}
 		if out := shOut(t, c, "curl -sS --max-time 10 http://other.test:"+port+"/"); !strings.Contains(out, "other.test:"+port+" is not on the allow-list") {
 			t.Errorf("curl to another host: %q", out)
 		}
-		if st := p.Stats(id); st.Connections < 5 || st.BytesIn == 0 || st.RefusedHosts["other.test"] != 2 {
+		if st := p.Stats(id); st.Connections < 6 || st.BytesIn == 0 || st.RefusedHosts["other.test"] != 2 {
 			t.Errorf("counters: %+v", st)
 		}
 
@@ -242,3 +254,58 @@ func TestNetworkNeedsProxy(t *testing.T) {
 		t.Fatalf("a policy without a proxy: %v", err)
 	}
 }
+
+// wheel is a minimal pure-Python wheel of hello-egress 1.0.
+func wheel(t testing.TB) []byte {
+	var buf bytes.Buffer
+	z := zip.NewWriter(&buf)
+	files := []struct{ name, body string }{
+		{"hello_egress.py", "X = 42\n"},
+		{"hello_egress-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: hello-egress\nVersion: 1.0\n"},
+		{"hello_egress-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: mcpbox-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
+		{"hello_egress-1.0.dist-info/RECORD", "hello_egress.py,,\nhello_egress-1.0.dist-info/METADATA,,\nhello_egress-1.0.dist-info/WHEEL,,\nhello_egress-1.0.dist-info/RECORD,,\n"},
+	}
+	for _, f := range files {
+		w, err := z.Create(f.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(w, f.body)
+	}
+	if err := z.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestPipInstallThroughProxy installs a package with pip from an index
+// the policy allows, the way a model would, and fails to from another.
+func TestPipInstallThroughProxy(t *testing.T) {
+	pols := &policies{m: map[string]*mcpbox.NetworkPolicy{}}
+	rt, p := newEgressRuntime(t, testutil.Home(t), pols, nil)
+	whl := wheel(t)
+	index := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/simple/hello-egress/":
+			fmt.Fprint(w, `<html><body><a href="/files/hello_egress-1.0-py3-none-any.whl">hello_egress-1.0-py3-none-any.whl</a></body></html>`)
+		case "/files/hello_egress-1.0-py3-none-any.whl":
+			w.Write(whl)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer index.Close()
+	port := index.URL[strings.LastIndexByte(index.URL, ':')+1:]
+	id, c := newNetSandbox(t, rt, pols, &mcpbox.NetworkPolicy{Allow: []string{"pypi.test:" + port, "127.0.0.1"}})
+	pip := "python3 -m pip install --user --break-system-packages --no-cache-dir --disable-pip-version-check --retries 0 --timeout 10 --trusted-host "
+	out := shOut(t, c, pip+"pypi.test:"+port+" --index-url http://pypi.test:"+port+"/simple/ hello-egress 2>&1 && python3 -c 'import hello_egress; print(hello_egress.X)'")
+	if !strings.Contains(out, "Successfully installed hello-egress-1.0") || !strings.HasSuffix(out, "\n42") {
+		t.Fatalf("pip install from an allowed index: %q", out)
+	}
+	out = shOut(t, c, pip+"other.test:"+port+" --force-reinstall --index-url http://other.test:"+port+"/simple/ hello-egress 2>&1")
+	// pip keeps the index's 403 to its debug log; the proxy counted it.
+	if !strings.Contains(out, "No matching distribution found for hello-egress") || p.Stats(id).RefusedHosts["other.test"] == 0 {
+		t.Fatalf("pip install from another index: %q", out)
+	}
+}
+
