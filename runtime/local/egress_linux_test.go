@@ -308,4 +308,3 @@ func TestPipInstallThroughProxy(t *testing.T) {
 		t.Fatalf("pip install from another index: %q", out)
 	}
 }
-
