@@ -333,3 +333,36 @@ func TestMakeRun(t *testing.T) {
 		t.Errorf("make reported an error after Ctrl-C:\n%s", out)
 	}
 }
+
+// TestServeSecondInterrupt: while serve shuts down (an open SSE stream
+// holds it for up to 5 s), a second Ctrl-C ends it at once, saying so.
+func TestServeSecondInterrupt(t *testing.T) {
+	testutil.RequireRoot(t)
+	s := &server{bin: build(t), home: testutil.Home(t)}
+	s.url = "http://127.0.0.1:" + itoa(freePort(t))
+	p := s.start(t)
+	t.Cleanup(func() { p.stop(t) })
+	resp, err := http.Get(s.url + "/sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+
+	p.cmd.Process.Signal(syscall.SIGINT)
+	for !strings.Contains(p.log.String(), "shutting down") {
+		select {
+		case <-p.done:
+			t.Fatalf("serve exited before its shutdown waited for the stream:\n%s", p.log.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	p.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve still runs after a second Ctrl-C")
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 130 || !strings.Contains(p.log.String(), "interrupted again; exiting now") {
+		t.Errorf("exit %d after a second Ctrl-C:\n%s", code, p.log.String())
+	}
+}

@@ -243,7 +243,8 @@ func (m *Main) serve(ctx context.Context, c config.Config) error {
 		return err
 	case <-ctx.Done():
 	}
-	fmt.Fprintln(m.Stderr, "mcpbox: interrupted; shutting down")
+	fmt.Fprintln(m.Stderr, "mcpbox: interrupted; shutting down (Ctrl-C again to exit at once)")
+	defer m.exitOnSecondInterrupt()()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// SSE and streaming responses never end on their own; Shutdown's

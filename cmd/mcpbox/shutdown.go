@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/mcpbox/mcpbox"
@@ -43,4 +46,27 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// exitOnSecondInterrupt makes a second Ctrl-C (or SIGTERM) during
+// shutdown end the process at once, as a user pressing it twice expects:
+// shutdown waits up to 5 s for open streams, and longer when it stops
+// sessions. What the sandboxes were doing is left as it is; the next
+// mcpbox on the home looks after them. The returned func stops listening.
+func (m *Main) exitOnSecondInterrupt() func() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ch:
+			fmt.Fprintln(m.Stderr, "mcpbox: interrupted again; exiting now (sessions are left running; the next mcpbox on this home adopts them)")
+			os.Exit(130)
+		case <-done:
+		}
+	}()
+	return func() {
+		signal.Stop(ch)
+		close(done)
+	}
 }
