@@ -29,6 +29,19 @@ func TestRunFirstHour(t *testing.T) {
 			t.Errorf("precedence: exit %d, stdout %q", code, out)
 		}
 	})
+	t.Run("one working directory", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"run", "import os; print(os.getcwd())"},
+			{"run", "-l", "javascript", "console.log(process.cwd())"},
+			{"run", "-l", "shell", "pwd"},
+			{"run", "-l", "javascript", "--event", "{}", "function handler() { return process.cwd() }"},
+		} {
+			code, out, errOut := runMain(t, home, "", args...)
+			if code != 0 || strings.Trim(out, "\"\n") != "/workspace" {
+				t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, errOut)
+			}
+		}
+	})
 	t.Run("a missing module says how to install it", func(t *testing.T) {
 		code, _, errOut := runMain(t, home, "", "run", "import nosuchmodule12")
 		if code != 1 || !strings.Contains(errOut, "hint: nosuchmodule12 is not installed in the sandbox template (the host's /usr): apt-get install python3-nosuchmodule12") {
