@@ -705,12 +705,11 @@ func closeWrite(c net.Conn) {
 	}
 }
 
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
-
 // copy moves bytes from src to dst, counting them into n and keeping to
-// the session's bandwidth. Without a bandwidth limit the kernel moves
-// them (splice between the sockets), a few MiB at a time so that the
-// counters follow a long download.
+// the session's bandwidth. The kernel moves them (splice between the
+// sockets), a chunk at a time: a few MiB without a bandwidth limit, so
+// that the counters follow a long download, and a tenth of a second's
+// worth with one, after which the session's bucket is charged.
 func (s *session) copy(dst io.Writer, src io.Reader, n *atomic.Int64) error {
 	if tc, ok := dst.(*trackedConn); ok {
 		dst = tc.raw()
@@ -718,30 +717,14 @@ func (s *session) copy(dst io.Writer, src io.Reader, n *atomic.Int64) error {
 	if tc, ok := src.(*trackedConn); ok {
 		src = tc.raw()
 	}
-	if s.rate == nil {
-		for {
-			k, err := io.CopyN(dst, src, 4<<20)
-			n.Add(k)
-			if err == io.EOF {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-		}
+	chunk := int64(4 << 20)
+	if s.rate != nil {
+		chunk = min(max(int64(s.rate.rate/10), 16<<10), 4<<20)
 	}
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
-	buf := *bp
 	for {
-		k, err := src.Read(buf)
-		if k > 0 {
-			s.rate.wait(k)
-			if _, werr := dst.Write(buf[:k]); werr != nil {
-				return werr
-			}
-			n.Add(int64(k))
-		}
+		k, err := io.CopyN(dst, src, chunk)
+		n.Add(k)
+		s.rate.wait(int(k))
 		if err == io.EOF {
 			return nil
 		}
