@@ -209,9 +209,14 @@ func (p *Proxy) Forget(session string) {
 // Serving reports whether this proxy serves session.
 func (p *Proxy) Serving(session string) bool {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	s := p.sessions[session]
-	return s != nil && s.srv != nil
+	p.mu.Unlock()
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.srv != nil
 }
 
 // PolicyChanged is told when session's policy changed. Nothing admitted
@@ -343,55 +348,65 @@ func (c *trackedConn) raw() net.Conn {
 type handoffConn struct {
 	unix *net.UnixConn
 
-	mu     sync.Mutex
-	done   bool
-	conn   net.Conn // after the switch: the handed socket, or unix
-	prefix []byte   // a relayed stream's first byte, not yet read
+	once   sync.Once // the handshake
+	err    error     // its outcome, set inside once
+	prefix []byte    // a relayed stream's first byte, not yet read
+
+	mu     sync.Mutex // guards conn, rdl and closed; never held while blocked
+	conn   net.Conn   // after the switch: the handed socket, or unix
 	rdl    time.Time
-	err    error
+	closed bool
 }
 
 // maxHandoffFDs is what a message may carry; more is a protocol error.
 const maxHandoffFDs = 1
 
 func (h *handoffConn) handshake() error {
+	h.once.Do(func() { h.err = h.switchConn() })
+	return h.err
+}
+
+func (h *handoffConn) switchConn() error {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.done {
-		return h.err
-	}
-	h.done = true
-	h.conn = h.unix
-	if h.rdl.IsZero() {
+	rdl := h.rdl
+	h.mu.Unlock()
+	if rdl.IsZero() {
 		h.unix.SetReadDeadline(time.Now().Add(10 * time.Second))
 	}
 	b := make([]byte, 1)
 	oob := make([]byte, syscall.CmsgSpace(4*maxHandoffFDs))
 	n, oobn, flags, _, err := h.unix.ReadMsgUnix(b, oob)
 	fds := parseRights(oob[:oobn])
+	var next net.Conn = h.unix
 	switch {
 	case err != nil || n == 0:
 		closeAll(fds)
 		if err == nil {
 			err = io.EOF
 		}
-		h.err = err
+		return err
 	case len(fds) == 0:
 		h.prefix = b[:1] // a relayed stream
 	case b[0] != 'F' || len(fds) != 1 || flags&syscall.MSG_CTRUNC != 0:
 		closeAll(fds)
-		h.err = errors.New("egress: malformed handoff")
+		return errors.New("egress: malformed handoff")
 	default:
-		c, err := streamSocket(fds[0])
-		if err != nil {
-			h.err = err
-			break
+		if next, err = streamSocket(fds[0]); err != nil {
+			return err
 		}
-		h.unix.Close()
-		h.conn = c
 	}
-	h.conn.SetReadDeadline(h.rdl)
-	return h.err
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		next.Close()
+		return net.ErrClosed
+	}
+	h.conn = next
+	next.SetReadDeadline(h.rdl)
+	if next != h.unix {
+		h.unix.Close()
+	}
+	return nil
 }
 
 func (h *handoffConn) current() net.Conn {
@@ -412,23 +427,26 @@ func (h *handoffConn) Read(b []byte) (int, error) {
 		h.prefix = h.prefix[n:]
 		return n, nil
 	}
-	return h.conn.Read(b)
+	return h.current().Read(b)
 }
 
 func (h *handoffConn) Write(b []byte) (int, error) {
 	if err := h.handshake(); err != nil {
 		return 0, err
 	}
-	return h.conn.Write(b)
+	return h.current().Write(b)
 }
 
+// Close may come from another goroutine at any time, a handshake under
+// way included: closing the Unix socket ends its read.
 func (h *handoffConn) Close() error {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.done, h.err = true, net.ErrClosed
+	h.closed = true
+	c := h.conn
+	h.mu.Unlock()
 	h.unix.Close()
-	if h.conn != nil {
-		h.conn.Close()
+	if c != nil {
+		c.Close()
 	}
 	return nil
 }
