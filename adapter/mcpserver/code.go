@@ -309,6 +309,22 @@ func (c *call) session(ctx context.Context, id string, req manager.CreateRequest
 // what it dropped beyond that.
 var truncatedNote = fmt.Sprintf("[output truncated: this result shows the first %d KiB of stdout and of stderr]", maxReply>>10)
 
+// truncatedTailNote ends background output that was cut to its end.
+var truncatedTailNote = fmt.Sprintf("[output truncated: this result shows the last %d KiB of stdout and of stderr]", maxReply>>10)
+
+// clipTail keeps the last maxReply bytes of s, starting on a rune.
+func clipTail(s string, truncated *bool) string {
+	if len(s) <= maxReply {
+		return s
+	}
+	*truncated = true
+	i := len(s) - maxReply
+	for i < len(s) && !utf8.RuneStart(s[i]) {
+		i++
+	}
+	return s[i:]
+}
+
 // clip keeps the first maxReply bytes of s, without splitting a rune.
 func clip(s string, truncated *bool) string {
 	if len(s) <= maxReply {

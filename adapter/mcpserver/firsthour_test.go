@@ -200,6 +200,25 @@ func TestFirstHourInASandbox(t *testing.T) {
 		}
 	})
 
+	t.Run("background output shows its newest part", func(t *testing.T) {
+		bg := ok(t, cs, "execute_command", map[string]any{"session_id": id, "background": true,
+			"command": "python3 -c \"print('x' * 300000)\"; echo END"})
+		var out result
+		for range 100 {
+			if out = ok(t, cs, "get_command_output", map[string]any{"session_id": id, "handle": bg.S["handle"]}); out.S["done"] == true {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		stdout, _ := out.S["stdout"].(string)
+		if out.S["truncated"] != true || len(stdout) != 100<<10 || !strings.HasSuffix(stdout, "x\nEND\n") {
+			t.Errorf("truncated %v, %d bytes ending %q", out.S["truncated"], len(stdout), stdout[max(0, len(stdout)-10):])
+		}
+		if !strings.Contains(out.text(), "shows the last 100 KiB of stdout") {
+			t.Errorf("note: %q", out.text()[max(0, len(out.text())-200):])
+		}
+	})
+
 	t.Run("truncation names the limit applied", func(t *testing.T) {
 		r := ok(t, cs, "execute_code", map[string]any{"session_id": id, "code": "print('x' * 300000)"})
 		if r.S["truncated"] != true || len(r.S["stdout"].(string)) != 100<<10 {

@@ -141,7 +141,7 @@ func getCommandOutput() registrar {
 	return &toolDef[handleIn, commandOutputOut]{
 		name:        "get_command_output",
 		title:       "Read a background command's output",
-		description: `Read everything a background command (started by execute_command with background: true) has printed so far, and whether it has ended and with which exit code. Call it again to see more; the oldest output is dropped beyond 1 MiB.`,
+		description: `Read everything a background command (started by execute_command with background: true) has printed so far, and whether it has ended and with which exit code. Call it again to see more. The sandbox keeps the last 1 MiB of each stream, and a result shows the last 100 KiB of each (dropped_bytes counts what the sandbox let go).`,
 		readOnly:    true,
 		required:    []string{"session_id", "handle", "done"},
 		run: func(ctx context.Context, c *call, in *handleIn) (*commandOutputOut, error) {
@@ -150,8 +150,10 @@ func getCommandOutput() registrar {
 				return nil, err
 			}
 			out := &commandOutputOut{SessionID: in.SessionID, Handle: in.Handle, Done: o.Done, DroppedBytes: o.Dropped}
-			out.Stdout = clip(strings.ToValidUTF8(string(o.Stdout), "\uFFFD"), &out.Truncated)
-			out.Stderr = clip(strings.ToValidUTF8(string(o.Stderr), "\uFFFD"), &out.Truncated)
+			// The newest output is what a poller wants: the agent keeps
+			// the last 1 MiB, and a result its last 100 KiB.
+			out.Stdout = clipTail(strings.ToValidUTF8(string(o.Stdout), "\uFFFD"), &out.Truncated)
+			out.Stderr = clipTail(strings.ToValidUTF8(string(o.Stderr), "\uFFFD"), &out.Truncated)
 			if o.Done {
 				out.ExitCode = &o.ExitCode
 			}
@@ -159,7 +161,10 @@ func getCommandOutput() registrar {
 		},
 		text: func(o *commandOutputOut) string {
 			var b strings.Builder
-			writeStreams(&b, o.Stdout, o.Stderr, o.Truncated)
+			writeStreams(&b, o.Stdout, o.Stderr, false)
+			if o.Truncated {
+				b.WriteString(truncatedTailNote + "\n")
+			}
 			if o.Done {
 				fmt.Fprintf(&b, "[ended with exit code %d]", *o.ExitCode)
 			} else {
