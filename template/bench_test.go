@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -75,6 +76,20 @@ func BenchmarkPull(b *testing.B) {
 				out.Close()
 				in.Close()
 			}
+		}
+	})
+	b.Run("baseline=skopeo-copy", func(b *testing.B) {
+		if _, err := exec.LookPath("skopeo"); err != nil {
+			b.Skip("skopeo is not installed (apt-get install skopeo); cp-blobs is the baseline then")
+		}
+		b.SetBytes(compressed)
+		for b.Loop() {
+			dst := b.TempDir()
+			out, err := exec.Command("skopeo", "copy", "--src-tls-verify=false", "docker://"+ref.String(), "dir:"+dst).CombinedOutput()
+			if err != nil {
+				b.Fatalf("skopeo: %v: %s", err, out)
+			}
+			syncDir(dst)
 		}
 	})
 	b.Run("pull", func(b *testing.B) {
