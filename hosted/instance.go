@@ -322,6 +322,8 @@ func (in *instance) start(ctx context.Context, def Server, onProgress func(Progr
 		// idle timeout is the backstop if this process cannot.
 		IdleTimeout: def.Idle() + time.Minute,
 		Ephemeral:   true,
+		// The server, not a Python kernel, is what this sandbox runs.
+		NoKernel: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("hosted server %s: %w", def.Name, err)

@@ -234,6 +234,18 @@ type CreateRequest struct {
 	// AutoPause pauses the session at its deadline instead of ending it;
 	// it needs a runtime that can pause (see Pauser).
 	AutoPause bool
+	// NoKernel leaves unstarted the Python kernel a sandbox starts as it
+	// boots, for one that runs no code cells (a hosted MCP server): its
+	// own start then has the CPU.
+	NoKernel bool
+}
+
+// kernels is what a new sandbox starts as it boots.
+func kernels(req CreateRequest) []mcpbox.Language {
+	if req.NoKernel {
+		return nil
+	}
+	return prestart
 }
 
 // Flavor resolves a flavor name against built-in and custom flavors and
@@ -356,7 +368,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 		return nil, err
 	}
 	sb, err := m.opts.Runtime.Create(ctx, mcpbox.SandboxSpec{ID: s.ID, Flavor: fl, Template: req.Template,
-		Env: req.Env, Volumes: vols, Network: req.Network, Prestart: prestart, Ephemeral: req.Ephemeral})
+		Env: req.Env, Volumes: vols, Network: req.Network, Prestart: kernels(req), Ephemeral: req.Ephemeral})
 	if err != nil {
 		m.opts.Store.DeleteSession(context.WithoutCancel(ctx), s.ID)
 		if mcpbox.ErrorCode(err) == mcpbox.EINTERNAL {
