@@ -82,6 +82,15 @@ func TestCLIFirstHour(t *testing.T) {
 		if code != 1 {
 			t.Errorf("a raise: exit %d, want 1", code)
 		}
+		// Exits pass their status through, as with mcpbox run.
+		code, out, errOut = cli(t, bin, env, dir, "exec", "-l", "shell", "echo before; exit 3")
+		if code != 3 || out != "before\n" || strings.Contains(errOut, "ExitCode") {
+			t.Errorf("shell exit: exit %d, stdout %q, stderr %q", code, out, errOut)
+		}
+		code, out, errOut = cli(t, bin, env, dir, "exec", "print('bye')\nimport sys\nsys.exit(7)")
+		if code != 7 || out != "bye\n" || strings.Contains(errOut, "Traceback") {
+			t.Errorf("sys.exit: exit %d, stdout %q, stderr %q", code, out, errOut)
+		}
 		if l := sessions(); len(l) != 0 {
 			t.Errorf("one-off execs left %d sessions: %v", len(l), l)
 		}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -347,10 +348,21 @@ printed on stderr.`,
 			if out.SessionCreated && keep {
 				fmt.Fprintf(m.Stderr, "session: %s\n", out.SessionID)
 			}
+			// Shell code that exits, and a kernel that exits, end exec with
+			// their status, as mcpbox run does; anything else raised is 1.
+			status := 1
 			if out.Error != nil {
-				fmt.Fprint(m.Stderr, out.Error.Traceback)
-				if out.Error.Traceback == "" {
-					fmt.Fprintf(m.Stderr, "%s: %s\n", out.Error.Name, out.Error.Value)
+				switch n, err := strconv.Atoi(out.Error.Value); {
+				case out.Error.Name == "ExitCode" && err == nil:
+					status = n
+				case out.Error.Name == "KernelExited" && exitStatus.MatchString(out.Error.Value):
+					status, _ = strconv.Atoi(exitStatus.FindStringSubmatch(out.Error.Value)[1])
+					fmt.Fprintln(m.Stderr, "mcpbox:", out.Error.Value)
+				default:
+					fmt.Fprint(m.Stderr, out.Error.Traceback)
+					if out.Error.Traceback == "" {
+						fmt.Fprintf(m.Stderr, "%s: %s\n", out.Error.Name, out.Error.Value)
+					}
 				}
 			}
 			switch mcpbox.ErrorCode(callErr) {
@@ -364,7 +376,7 @@ printed on stderr.`,
 						fmt.Fprintln(m.Stderr, "  hint:", s)
 					}
 				}
-				return &exitError{1}
+				return &exitError{status}
 			case mcpbox.ETIMEOUT:
 				fmt.Fprintln(m.Stderr, "mcpbox:", callErr)
 				return &exitError{exitTimeout}
