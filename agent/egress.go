@@ -15,8 +15,8 @@ import (
 // EgressConfig is the sandbox's way out: a loopback port inside the
 // sandbox that every process's HTTP_PROXY and HTTPS_PROXY name. Each
 // connection accepted there is handed to the host's egress proxy over a
-// Unix socket (the socket itself, as SCM_RIGHTS, so the kernel moves the
-// bytes with no copy through the agent), or relayed over TCP. The host's proxy
+// Unix socket (the socket itself, as SCM_RIGHTS, so that the bytes never
+// pass through the agent), or relayed over TCP. The host's proxy
 // tells sessions apart by the socket a connection arrives on, so
 // nothing the sandbox sends can claim another session's policy.
 type EgressConfig struct {
@@ -183,8 +183,8 @@ func (r *relay) relay(c net.Conn) {
 
 // HandoffByte starts a connection to the host's proxy that carries, as
 // SCM_RIGHTS, the sandbox process's own TCP connection: the proxy then
-// serves it directly and the kernel moves the bytes between it and the
-// outside without a copy through the agent. No HTTP method starts with
+// serves it directly, and the bytes between it and the outside never
+// pass through the agent. No HTTP method starts with
 // it, so the proxy tells a handed-off connection from a relayed stream
 // by its first byte.
 const HandoffByte = 'F'

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,14 +55,29 @@ func BenchmarkDownload(b *testing.B) {
 		v, _ := strconv.ParseFloat(string(out), 64)
 		return v
 	}
+	// This process is the server, and the proxy too: the CPU it spends
+	// beyond the direct download's is the proxy's.
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
 	var direct, proxied float64
+	var directCPU, proxiedCPU time.Duration
 	for b.Loop() {
+		c0 := cpu()
 		direct += speed("--noproxy", "*", srv.URL+"/big")
+		c1 := cpu()
 		proxied += speed("--noproxy", "", "-x", proxy, "http://api.test:"+port+"/big")
+		c2 := cpu()
+		directCPU += c1 - c0
+		proxiedCPU += c2 - c1
 	}
 	b.ReportMetric(direct/float64(b.N)/1e6, "direct-MB/s")
 	b.ReportMetric(proxied/float64(b.N)/1e6, "proxied-MB/s")
 	b.ReportMetric(proxied/direct, "ratio")
+	b.ReportMetric(float64((proxiedCPU-directCPU)/time.Millisecond)/float64(b.N), "proxy-cpu-ms/GiB")
+	b.ReportMetric(float64(directCPU/time.Millisecond)/float64(b.N), "server-cpu-ms/GiB")
 }
 
 // BenchmarkConnLatency times a new connection and one small request,

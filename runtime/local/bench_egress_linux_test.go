@@ -13,10 +13,9 @@ import (
 	"github.com/mcpbox/mcpbox/internal/testutil"
 )
 
-// zeros serves /big, 1 GiB of zeros, and /small, two bytes.
-func zeros() *httptest.Server {
+var zeroHandler = func() http.Handler {
 	buf := make([]byte, 1<<20)
-	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/small" {
 			w.Write([]byte("ok"))
 			return
@@ -27,41 +26,54 @@ func zeros() *httptest.Server {
 				return
 			}
 		}
-	}))
-}
+	})
+}()
+
+// zeros serves /big, 1 GiB of zeros, and /small, two bytes.
+func zeros() *httptest.Server { return httptest.NewServer(zeroHandler) }
 
 // BenchmarkEgressDownload downloads 1 GiB from a loopback server with
 // curl: on the host, directly, and in a sandbox, through the agent's
-// relay and the egress proxy, one after the other in every iteration so
-// both meet the machine in the same state. It reports each side's MB/s
-// and their ratio. The sandbox is a medium one (2 CPUs), so that its
+// hand-off and the egress proxy, one after the other in every iteration
+// so both meet the machine in the same state; over plain HTTP and over
+// HTTPS (a CONNECT tunnel, as pip and npm use). It reports each side's
+// MB/s and their ratio. The sandbox is a medium one (2 CPUs), so that its
 // cgroup does not hold curl below what the host's curl may use.
 func BenchmarkEgressDownload(b *testing.B) {
 	pols := &policies{m: map[string]*mcpbox.NetworkPolicy{}}
 	rt, _ := newEgressRuntime(b, testutil.Home(b), pols, nil)
-	srv := zeros()
-	defer srv.Close()
-	port := srv.URL[strings.LastIndexByte(srv.URL, ':')+1:]
-	_, c := newNetSandboxOf(b, rt, pols, &mcpbox.NetworkPolicy{Allow: []string{"api.test:" + port, "127.0.0.1"}}, mcpbox.Flavors["medium"])
-	curl := "curl -sS -o /dev/null -w '%{speed_download}' "
-	var direct, proxied float64
-	for b.Loop() {
-		out, err := exec.Command("sh", "-c", curl+"--noproxy '*' "+srv.URL+"/big").Output()
-		if err != nil {
-			b.Fatal(err)
-		}
-		d, _ := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
-		p, _ := strconv.ParseFloat(shOut(b, c, curl+"http://api.test:"+port+"/big"), 64)
-		if d == 0 || p == 0 {
-			b.Fatalf("speeds %v %v", d, p)
-		}
-		direct += d
-		proxied += p
+	for _, scheme := range []string{"http", "https"} {
+		b.Run(scheme, func(b *testing.B) {
+			srv := httptest.NewUnstartedServer(zeroHandler)
+			if scheme == "https" {
+				srv.StartTLS()
+			} else {
+				srv.Start()
+			}
+			defer srv.Close()
+			port := srv.URL[strings.LastIndexByte(srv.URL, ':')+1:]
+			_, c := newNetSandboxOf(b, rt, pols, &mcpbox.NetworkPolicy{Allow: []string{"api.test:" + port, "127.0.0.1"}}, mcpbox.Flavors["medium"])
+			curl := "curl -sSk -o /dev/null -w '%{speed_download}' "
+			var direct, proxied float64
+			for b.Loop() {
+				out, err := exec.Command("sh", "-c", curl+"--noproxy '*' "+srv.URL+"/big").Output()
+				if err != nil {
+					b.Fatal(err)
+				}
+				d, _ := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
+				p, _ := strconv.ParseFloat(shOut(b, c, curl+scheme+"://api.test:"+port+"/big"), 64)
+				if d == 0 || p == 0 {
+					b.Fatalf("speeds %v %v", d, p)
+				}
+				direct += d
+				proxied += p
+			}
+			n := float64(b.N)
+			b.ReportMetric(direct/n/1e6, "direct-MB/s")
+			b.ReportMetric(proxied/n/1e6, "proxied-MB/s")
+			b.ReportMetric(proxied/direct, "ratio")
+		})
 	}
-	n := float64(b.N)
-	b.ReportMetric(direct/n/1e6, "direct-MB/s")
-	b.ReportMetric(proxied/n/1e6, "proxied-MB/s")
-	b.ReportMetric(proxied/direct, "ratio")
 }
 
 // latencyScript opens N new connections one after another, each sending
