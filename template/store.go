@@ -38,6 +38,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -69,6 +70,7 @@ type Store struct {
 	maxBytes int64
 	inUse    func(ctx context.Context, name string) ([]string, error)
 	log      *slog.Logger
+	cache    *sync.Map // name → cached, for Template
 }
 
 var _ mcpbox.TemplateCatalog = (*Store)(nil)
@@ -78,7 +80,8 @@ func Open(dir string, o *Options) (*Store, error) {
 	if o == nil {
 		o = &Options{}
 	}
-	s := &Store{dir: dir, uidBase: o.UIDBase, rootless: os.Geteuid() != 0, maxBytes: o.MaxBytes, inUse: o.InUse, log: o.Logger}
+	s := &Store{dir: dir, uidBase: o.UIDBase, rootless: os.Geteuid() != 0, maxBytes: o.MaxBytes, inUse: o.InUse, log: o.Logger,
+		cache: &sync.Map{}}
 	if s.uidBase == 0 {
 		s.uidBase = 100000
 	}
@@ -321,8 +324,40 @@ func (s *Store) list() ([]*mcpbox.Template, error) {
 // Template implements mcpbox.TemplateCatalog. Recipes not built yet are
 // refused with the command that builds them: a build downloads hundreds
 // of megabytes and takes minutes, which no create call should wait on.
+// A template seen before, whose record has not changed since (its
+// file's size and time), is answered from memory: a warm-pool create
+// looks its template up on every call. Its layers are checked again
+// when a sandbox is made from it.
 func (s *Store) Template(ctx context.Context, name string, progress func(string)) (*mcpbox.Template, error) {
-	return s.Get(name)
+	name = Canonical(name)
+	if name == mcpbox.HostTemplate {
+		return Host(), nil
+	}
+	fi, err := os.Stat(s.imagePath(name))
+	if err == nil && ValidateName(name) == nil {
+		if c, ok := s.cache.Load(name); ok {
+			if e := c.(cached); e.size == fi.Size() && e.mtime.Equal(fi.ModTime()) {
+				t := *e.t
+				return &t, nil
+			}
+		}
+	}
+	t, err := s.Get(name)
+	if err != nil {
+		return nil, err
+	}
+	if fi != nil {
+		c := *t
+		s.cache.Store(name, cached{t: &c, size: fi.Size(), mtime: fi.ModTime()})
+	}
+	return t, nil
+}
+
+// cached is a template record as read, with its file's size and time.
+type cached struct {
+	t     *mcpbox.Template
+	size  int64
+	mtime time.Time
 }
 
 // Templates implements mcpbox.TemplateCatalog.
