@@ -558,3 +558,52 @@ func TestInstallCache(t *testing.T) {
 		t.Errorf("a description change reran the install")
 	}
 }
+
+// TestHostileServers: what a server sends is bounded, and one that never
+// answers is given up on at the handshake timeout.
+func TestHostileServers(t *testing.T) {
+	h, m := newHosts(t, hosted.Options{HandshakeTimeout: 2 * time.Second})
+	ctx := context.Background()
+	for _, c := range []struct {
+		name, command, code, says string
+	}{
+		{"mute", "echo 'thinking' >&2; sleep 600", mcpbox.ETIMEOUT, "did not answer the MCP handshake within 2s"},
+		{"noise", "yes 'not json' | head -n 100000; sleep 600", mcpbox.ETIMEOUT, "did not answer"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if err := h.Add(hosted.Server{Name: c.name, Command: c.command}); err != nil {
+				t.Fatal(err)
+			}
+			_, err := h.Tools(ctx, "alice", c.name, nil)
+			if mcpbox.ErrorCode(err) != c.code || !strings.Contains(err.Error(), c.says) {
+				t.Errorf("%s: %v, want %s saying %q", c.name, err, c.code, c.says)
+			}
+		})
+	}
+	t.Run("flood", func(t *testing.T) {
+		// 40 MiB on one line: past the 32 MiB a message may have. The
+		// handshake timeout is long enough for it to arrive.
+		h, _ := newHosts(t, hosted.Options{HandshakeTimeout: 2 * time.Minute})
+		if err := h.Add(hosted.Server{Name: "flood", Command: "head -c 41943040 /dev/zero | tr '\\0' x; sleep 600"}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := h.Tools(ctx, "alice", "flood", nil)
+		if mcpbox.ErrorCode(err) != mcpbox.EUNAVAILABLE || !strings.Contains(err.Error(), "larger than 32 MiB") {
+			t.Errorf("flood: %v, want %s saying the message is too large", err, mcpbox.EUNAVAILABLE)
+		}
+	})
+	// Nothing is left running: every failed start stopped its session.
+	for i := 0; ; i++ {
+		list, err := m.List(ctx, "alice", mcpbox.SessionFilter{States: []mcpbox.SessionState{mcpbox.SessionRunning}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) == 0 {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("%d sessions of failed starts still run", len(list))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
