@@ -222,6 +222,20 @@ func TestHostedServe(t *testing.T) {
 			t.Errorf("progress against serve: %v\n%s%s", err, out, errs)
 		}
 		src, _ := os.ReadFile("../hosted/testdata/server.py")
+		// A server added beside the running serve is served at once.
+		if _, errs, err := h.cli(t, "", "server", "add", "late", "--command", `exec python3 -c "$SRC"`, "--env", "SRC="+string(src), "--env", "L=late"); err != nil {
+			t.Fatalf("server add: %v %s", err, errs)
+		}
+		out, errs, err = h.cli(t, s.url, "tools", "execute", "late", "env", "--param", "name=L")
+		if err != nil || strings.TrimSpace(out) != "late" {
+			t.Errorf("a server added while serve runs: %v %q %s", err, out, errs)
+		}
+		if _, errs, err := h.cli(t, "", "server", "remove", "late", "--yes"); err != nil {
+			t.Fatalf("server remove: %v %s", err, errs)
+		}
+		if _, errs, err := h.cli(t, s.url, "tools", "execute", "late", "env"); err == nil || !strings.Contains(errs, `no hosted server named "late"`) {
+			t.Errorf("a removed server still answers: %v %s", err, errs)
+		}
 		out, errs, err = h.cli(t, s.url, "quick", `exec python3 -c "$SRC"`, "env", "--env", "SRC="+string(src), "--env", "Q=remote", "--param", "name=Q")
 		if err != nil || strings.TrimSpace(out) != "remote" {
 			t.Errorf("quick against serve: %v\n%s%s", err, out, errs)
