@@ -70,16 +70,17 @@ func (e *EgressConfig) validate() error {
 
 // relay serves the egress listener until ctx ends.
 type relay struct {
-	cfg      *EgressConfig
-	ln       net.Listener
-	slots    chan struct{}
-	dialer   net.Dialer
-	network  string
-	addr     string
-	wg       sync.WaitGroup
-	mu       sync.Mutex
-	conns    map[net.Conn]struct{}
-	shutdown bool
+	cfg       *EgressConfig
+	ln        net.Listener
+	slots     chan struct{}
+	answering chan struct{} // refusals being answered
+	dialer    net.Dialer
+	network   string
+	addr      string
+	wg        sync.WaitGroup
+	mu        sync.Mutex
+	conns     map[net.Conn]struct{}
+	shutdown  bool
 }
 
 // startEgress listens on the configured loopback address and relays
@@ -97,7 +98,7 @@ func startEgress(ctx context.Context, cfg *EgressConfig) (func(), error) {
 		max = 1024
 	}
 	network, addr, _ := strings.Cut(cfg.Upstream, ":")
-	r := &relay{cfg: cfg, ln: ln, slots: make(chan struct{}, max), network: network, addr: addr,
+	r := &relay{cfg: cfg, ln: ln, slots: make(chan struct{}, max), answering: make(chan struct{}, 64), network: network, addr: addr,
 		conns: map[net.Conn]struct{}{}}
 	r.dialer.Timeout = 10 * time.Second
 	cfg.bound = ln.Addr().String()
@@ -138,7 +139,17 @@ func (r *relay) serve() {
 		select {
 		case r.slots <- struct{}{}:
 		default:
-			go answer(c, "429 Too Many Requests", fmt.Sprintf("this sandbox already has %d connections open through the egress proxy; close some and retry", cap(r.slots)))
+			// Answered in the background, a bounded number at once; past
+			// that, closed unanswered: a flood costs no descriptors.
+			select {
+			case r.answering <- struct{}{}:
+				go func() {
+					defer func() { <-r.answering }()
+					answer(c, "429 Too Many Requests", fmt.Sprintf("this sandbox already has %d connections open through the egress proxy; close some and retry", cap(r.slots)))
+				}()
+			default:
+				c.Close()
+			}
 			continue
 		}
 		r.wg.Add(1)
