@@ -334,6 +334,11 @@ func (g *Group) signal() error {
 		}
 	}
 	if len(rest) == 0 {
+		if killed {
+			// A process frozen by the v1 freezer (a paused sandbox) dies
+			// of cgroup.kill's SIGKILL only once thawed.
+			return g.freeze(false)
+		}
 		return nil
 	}
 	if err := g.freeze(true); err != nil {
