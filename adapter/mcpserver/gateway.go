@@ -59,7 +59,14 @@ type gatewayOwner struct {
 	synced chan struct{}
 	// syncing serialises syncs per server.
 	syncing map[string]*sync.Mutex
+	// failed holds the servers whose tools could not be listed, by when:
+	// a later tools/list tries them again (at most every retryAfter).
+	failed map[string]time.Time
 }
+
+// retryAfter spaces the retries of a server whose tools could not be
+// listed (it failed to start, say).
+const retryAfter = 30 * time.Second
 
 type gatewayTarget struct{ server, tool string }
 
@@ -73,7 +80,7 @@ func newGateway(s *Server, h *hosted.Hosts) *gateway {
 // discovering its hosted tools.
 func (g *gateway) attach(srv *mcp.Server, owner string) {
 	o := &gatewayOwner{owner: owner, srv: srv, tools: map[string]gatewayTarget{}, byServer: map[string][]string{},
-		synced: make(chan struct{}), syncing: map[string]*sync.Mutex{}}
+		synced: make(chan struct{}), syncing: map[string]*sync.Mutex{}, failed: map[string]time.Time{}}
 	g.mu.Lock()
 	g.owners[owner] = o
 	g.mu.Unlock()
@@ -86,6 +93,7 @@ func (g *gateway) attach(srv *mcp.Server, owner string) {
 				case <-wctx.Done():
 				}
 				cancel()
+				g.retryFailed(o)
 			}
 			return next(ctx, method, req)
 		}
@@ -121,6 +129,23 @@ func (g *gateway) changed(c hosted.Change) {
 	}
 }
 
+// retryFailed syncs again, in the background, the servers whose tools
+// could not be listed a while ago: what arrives comes with list_changed.
+func (g *gateway) retryFailed(o *gatewayOwner) {
+	o.mu.Lock()
+	var again []string
+	for server, at := range o.failed {
+		if time.Since(at) >= retryAfter {
+			again = append(again, server)
+			o.failed[server] = time.Now() // one retry at a time
+		}
+	}
+	o.mu.Unlock()
+	for _, server := range again {
+		go g.sync(o, server)
+	}
+}
+
 // sync brings owner o's tools of one server up to date: its tools as the
 // server lists them (starting it if needed), or none once it is gone.
 func (g *gateway) sync(o *gatewayOwner, server string) {
@@ -143,12 +168,16 @@ func (g *gateway) sync(o *gatewayOwner, server string) {
 			cancel()
 			if err != nil {
 				g.s.log.Warn("gateway: hosted server's tools are not listed", "server", server, "owner", o.owner, "err", err)
+				o.mu.Lock()
+				o.failed[server] = time.Now()
+				o.mu.Unlock()
 				return
 			}
 		}
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	delete(o.failed, server)
 	old := o.byServer[server]
 	for _, n := range old {
 		delete(o.tools, n)

@@ -2,6 +2,7 @@ package mcpserver_test
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -163,4 +164,69 @@ func TestGatewayNames(t *testing.T) {
 	if a == b {
 		t.Errorf("two long names cut to the same %q", a)
 	}
+}
+
+// TestGatewayCollision: two hosted tools that end up with one name are
+// not both listed, and nothing else suffers.
+func TestGatewayCollision(t *testing.T) {
+	e, h := gatewayEnv(t)
+	var logs lockedBuffer
+	srv, err := mcpserver.New(mcpserver.Options{Manager: e.m, Hosted: h, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv = srv
+	src, _ := os.ReadFile("../../hosted/testdata/server.py")
+	for _, name := range []string{"x", "x__y"} {
+		if err := h.Add(hosted.Server{Name: name, Command: `exec python3 -c "$SRC"`, Env: map[string]string{"SRC": string(src)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cs := e.connect(t, "alice", nil)
+	toolNames(t, cs) // discovery done
+	ok(t, cs, "x__add_tool", map[string]any{"name": "y__z"})
+	ok(t, cs, "x__y__add_tool", map[string]any{"name": "z"})
+	var names []string
+	for i := 0; ; i++ {
+		names = toolNames(t, cs)
+		if slices.Contains(names, "x__y__z") && slices.Contains(names, "x__y__count") {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("tools: %v", names)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	n := 0
+	for _, name := range names {
+		if name == "x__y__z" {
+			n++
+		}
+	}
+	if n != 1 || !slices.Contains(names, "x__count") || !slices.Contains(names, "py__count") {
+		t.Errorf("after a collision: %d x__y__z, tools %v", n, names)
+	}
+	for i := 0; !strings.Contains(logs.String(), "collision"); i++ {
+		if i == 100 {
+			t.Fatalf("the collision was not reported:\n%s", logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
