@@ -35,7 +35,9 @@ func newHostedSetup(t *testing.T) *hostedSetup {
 	if err := os.WriteFile(h.config, []byte(fmt.Sprintf("volume_roots: [%q]\n", here)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h.env = []string{"MCPBOX_HOME=" + h.home, "MCPBOX_SERVERS_FILE=" + h.servers}
+	// PY_SECRET is in the CLI's environment: `--env PY_SECRET` takes it
+	// from there, so the value is on no command line.
+	h.env = []string{"MCPBOX_HOME=" + h.home, "MCPBOX_SERVERS_FILE=" + h.servers, "PY_SECRET=hunter2"}
 	vol := filepath.Join(here, "node_modules") + ":/opt/mcp/node_modules:ro"
 	pkg := "node /opt/mcp/node_modules/@modelcontextprotocol/"
 	src, err := os.ReadFile("../hosted/testdata/server.py")
@@ -47,7 +49,7 @@ func newHostedSetup(t *testing.T) *hostedSetup {
 		{"memory", "--command", pkg + "server-memory/dist/index.js", "--volume", vol, "--env", "MEMORY_FILE_PATH=/workspace/memory.json"},
 		{"fs", "--command", pkg + "server-filesystem/dist/index.js /workspace", "--volume", vol},
 		{"fsroot", "--command", pkg + "server-filesystem/dist/index.js /", "--volume", vol},
-		{"py", "--command", `exec python3 -c "$SRC"`, "--env", "SRC=" + string(src), "--env", "PY_SECRET=hunter2"},
+		{"py", "--command", `exec python3 -c "$SRC"`, "--env", "SRC=" + string(src), "--env", "PY_SECRET"},
 	} {
 		if out, errs, err := h.cli(t, "", append([]string{"server", "add"}, add...)...); err != nil || !strings.Contains(out, "Added server '"+add[0]+"'") {
 			t.Fatalf("server add %s: %v\n%s%s", add[0], err, out, errs)

@@ -30,7 +30,7 @@ func (m *Main) quickCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			vars, err := parseEnv(env)
+			vars, err := serverEnv(env)
 			if err != nil {
 				return err
 			}
@@ -60,7 +60,7 @@ func (m *Main) quickCommand() *cobra.Command {
 	cmd.Flags().StringVar(&cfgFile, "config", "", "config file (default "+config.DefaultFile()+" if it exists)")
 	cmd.Flags().StringVar(&params, "params", "", "the arguments as a JSON object")
 	cmd.Flags().StringArrayVar(&param, "param", nil, "key=value; a value that parses as JSON is taken as JSON (repeatable)")
-	cmd.Flags().StringArrayVar(&env, "env", nil, "KEY=VALUE for the server process (repeatable)")
+	cmd.Flags().StringArrayVar(&env, "env", nil, "KEY=VALUE for the server process, or KEY to take the value from your environment (repeatable)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw result as JSON")
 	cmd.Flags().StringArrayVar(&network, "network-allow", nil, "a domain the server may reach, such as registry.npmjs.org (repeatable)")
 	cmd.Flags().BoolVar(&public, "network-public", false, "let the server reach any public address")

@@ -71,7 +71,7 @@ func (m *Main) serverAddCommand() *cobra.Command {
 			}
 			defer h.Close()
 			s.Name = args[0]
-			if s.Env, err = parseEnv(env); err != nil {
+			if s.Env, err = serverEnv(env); err != nil {
 				return err
 			}
 			if len(network) > 0 || public {
@@ -92,7 +92,7 @@ func (m *Main) serverAddCommand() *cobra.Command {
 	}
 	f.register(cmd)
 	cmd.Flags().StringVar(&s.Command, "command", "", "the command that starts the server, speaking MCP over stdio (required)")
-	cmd.Flags().StringArrayVar(&env, "env", nil, "KEY=VALUE for the server process (repeatable); kept in servers.json (mode 0600), never on a command line")
+	cmd.Flags().StringArrayVar(&env, "env", nil, "KEY=VALUE for the server process, or KEY to take the value from your environment (repeatable); kept in servers.json (mode 0600), never on a command line in the sandbox")
 	cmd.Flags().StringArrayVar(&s.InstallCommands, "install-commands", nil, "a command to run before the server starts, such as \"npm install -g pkg\" (repeatable)")
 	cmd.Flags().StringVar(&s.Description, "description", "", "what the server is for")
 	cmd.Flags().Float64Var(&s.TimeoutMinutes, "timeout", hosted.DefaultTimeoutMinutes, "minutes the server stays warm unused")
@@ -103,6 +103,27 @@ func (m *Main) serverAddCommand() *cobra.Command {
 	cmd.Flags().StringVar(&s.Scope, "scope", hosted.ScopeOwner, "owner: each caller gets an instance of its own; shared: one instance serves every caller")
 	cmd.MarkFlagRequired("command")
 	return cmd
+}
+
+// serverEnv parses --env for a server: K=V, or K alone to take the value
+// from this process's environment, which keeps a secret off the command
+// line (`GITHUB_TOKEN=… mcpbox server add gh --env GITHUB_TOKEN …`).
+func serverEnv(kvs []string) (map[string]string, error) {
+	env := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if k == "" {
+			return nil, mcpbox.Errorf(mcpbox.EINVALID, "--env %q: expected KEY=VALUE, or KEY to take its value from your environment", kv)
+		}
+		if !ok {
+			if v, ok = os.LookupEnv(k); !ok {
+				return nil, mcpbox.Errorf(mcpbox.EINVALID, "--env %s: %s is not set in your environment", k, k).
+					WithSuggestion("export it first, or give it as KEY=VALUE")
+			}
+		}
+		env[k] = v
+	}
+	return env, nil
 }
 
 func envNames(env map[string]string) []string {
