@@ -449,18 +449,25 @@ func (s *session) copy(dst io.Writer, src io.Reader, n *atomic.Int64) error {
 		}
 	}
 	defer release()
+	// With a bandwidth limit, a read takes at most a tenth of a second's
+	// worth, and is paid for before it is passed on.
+	most := bigBuffer
+	if s.rate != nil {
+		most = max(int(s.rate.rate/10), 1<<10)
+	}
 	for {
 		buf := *sp
 		if bp != nil {
 			buf = *bp
 		}
+		buf = buf[:min(len(buf), most)]
 		k, err := src.Read(buf)
 		if k > 0 {
+			s.rate.wait(k)
 			if _, werr := dst.Write(buf[:k]); werr != nil {
 				return werr
 			}
 			n.Add(int64(k))
-			s.rate.wait(k)
 		}
 		if err == io.EOF {
 			return nil
@@ -469,7 +476,7 @@ func (s *session) copy(dst io.Writer, src io.Reader, n *atomic.Int64) error {
 			return err
 		}
 		switch {
-		case bp == nil && k == len(buf):
+		case bp == nil && k == len(buf) && most > smallBuffer:
 			select {
 			case bigSlots <- struct{}{}:
 				bp = bigPool.Get().(*[]byte)
