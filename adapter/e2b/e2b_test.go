@@ -6,10 +6,12 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -446,6 +448,35 @@ func TestDataPlane(t *testing.T) {
 		rest, _ := io.ReadAll(br)
 		if !strings.Contains(string(rest), `"end"`) {
 			t.Errorf("the stream ended without the end event: %q", rest)
+		}
+	})
+
+	t.Run("/execute answers its headers before the cell ends, then whole NDJSON lines", func(t *testing.T) {
+		hreq, _ := http.NewRequest("POST", f.url+"/execute", strings.NewReader(`{"code":"import time\nprint('a')\ntime.sleep(3)\n1+1"}`))
+		hreq.Header.Set("E2b-Sandbox-Id", mine.SandboxID)
+		hreq.Header.Set("E2b-Sandbox-Port", "49999")
+		hreq.Header.Set("X-Access-Token", mine.EnvdAccessToken)
+		hreq.Header.Set("Content-Type", "application/json")
+		start := time.Now()
+		resp, err := http.DefaultClient.Do(hreq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if el := time.Since(start); resp.StatusCode != 200 || el > 2*time.Second {
+			t.Errorf("headers: %d after %v; they must come before the 3 s cell ends", resp.StatusCode, el)
+		}
+		sc := bufio.NewScanner(resp.Body)
+		var types []string
+		for sc.Scan() {
+			var ev map[string]any
+			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+				t.Fatalf("line %q is not JSON: %v", sc.Text(), err)
+			}
+			types = append(types, fmt.Sprint(ev["type"]))
+		}
+		if len(types) == 0 || types[len(types)-1] != "end_of_execution" || !slices.Contains(types, "result") {
+			t.Errorf("NDJSON events %v", types)
 		}
 	})
 
