@@ -128,3 +128,40 @@ func TestAutoPause(t *testing.T) {
 		t.Errorf("autoPause on a runtime that cannot pause: %v", err)
 	}
 }
+
+// A paused session whose process died is adopted while its sandbox lives
+// (its frozen agent cannot answer a health check: the runtime's word is
+// taken), and ended when the sandbox is gone.
+func TestRecoverPaused(t *testing.T) {
+	ctx := context.Background()
+	st := memstore.New()
+	ms, rt := shared(t, st, 1, manager.Options{})
+	rec := ms[0]
+	now := time.Now().UTC()
+	for id, alive := range map[string]bool{"pausedalive": true, "pausedgone": false} {
+		if _, err := rt.Create(ctx, mcpbox.SandboxSpec{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+		if !alive {
+			rt.Kill(id)
+		}
+		s := &mcpbox.Session{ID: id, Owner: "alice", State: mcpbox.SessionPaused, PausedAt: now, Holder: "dead",
+			Created: now, LastUsed: now, ExpiresAt: now.Add(time.Hour), Sandbox: &mcpbox.Sandbox{ID: id}}
+		if err := st.CreateSession(ctx, s, mcpbox.Admission{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := rec.Recover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Adopted) != 1 || rep.Adopted[0] != "pausedalive" {
+		t.Errorf("adopted %v, want [pausedalive]", rep.Adopted)
+	}
+	if s, _ := st.GetSession(ctx, "pausedalive"); s.State != mcpbox.SessionPaused || s.Holder != rec.Holder() || rt.Dir("pausedalive") == "" {
+		t.Errorf("the live paused session: %s, held by %q, sandbox %q", s.State, s.Holder, rt.Dir("pausedalive"))
+	}
+	if s, _ := st.GetSession(ctx, "pausedgone"); s.State != mcpbox.SessionStopped || rt.Dir("pausedgone") != "" {
+		t.Errorf("the paused session whose sandbox died: %s, sandbox %q", s.State, rt.Dir("pausedgone"))
+	}
+}
