@@ -157,7 +157,7 @@ func (c *stdioConn) order(msg jsonrpc.Message) {
 }
 
 // progressWait bounds how long a response waits for earlier progress.
-const progressWait = time.Second
+const progressWait = 5 * time.Second
 
 // barrier counts pending work and lets a caller wait for none.
 type barrier struct {
