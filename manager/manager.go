@@ -352,20 +352,24 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 	}
 	// A warm sandbox has only the configured volumes. The caller's env is
 	// applied to every process the session starts.
-	if len(req.Volumes) == 0 && !req.Ephemeral && !(req.EnvInSandbox && len(req.Env) > 0) {
+	warmOK := len(req.Volumes) == 0 && !req.Ephemeral && !(req.EnvInSandbox && len(req.Env) > 0)
+	if warmOK {
 		if warm, err := m.claimWarm(ctx, s); err != nil || warm != nil {
-			if warm != nil {
-				m.pushDeadline(warm)
-				m.adopt(warm.ID) // its maker may not be the one looking after it now
-			}
-			return warm, err
+			return m.warmed(warm), err
 		}
 	}
 	if err := m.checkCapacity(ctx, fl); err != nil {
 		return nil, err
 	}
 	if err := m.opts.Store.CreateSession(ctx, s, m.admission()); err != nil {
-		return nil, err
+		if mcpbox.ErrorCode(err) != mcpbox.ELIMIT {
+			return nil, err
+		}
+		// At the limit, pools give way to the creates they are there for.
+		warm, rerr := m.roomFromPools(ctx, s, warmOK, err)
+		if rerr != nil || warm != nil {
+			return m.warmed(warm), rerr
+		}
 	}
 	sb, err := m.opts.Runtime.Create(ctx, mcpbox.SandboxSpec{ID: s.ID, Flavor: fl, Template: req.Template,
 		Env: req.Env, Volumes: vols, Network: req.Network, Prestart: kernels(req), Ephemeral: req.Ephemeral})

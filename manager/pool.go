@@ -225,3 +225,72 @@ func (m *Manager) drainPools(ctx context.Context) {
 		m.opts.Store.DeleteSession(ctx, r.ID)
 	}
 }
+
+// warmed finishes a session claimed from a pool.
+func (m *Manager) warmed(warm *mcpbox.Session) *mcpbox.Session {
+	if warm != nil {
+		m.pushDeadline(warm)
+		m.adopt(warm.ID) // its maker may not be the one looking after it now
+	}
+	return warm
+}
+
+// poolWait bounds how long a create at the limit waits for a pool
+// sandbox of its kind that is still being made.
+const poolWait = 30 * time.Second
+
+// roomFromPools is what a create does when the store refused its record
+// for the global limit (refused) while pools hold some of that limit.
+// A pool sandbox of s's kind that is still being made is waited for and
+// claimed (when warmOK); a ready pool sandbox of another kind that this
+// process holds is destroyed to make room, and s's record is written.
+// It returns the claimed session, or nil once s's record is in the store;
+// refused when the pools hold nothing that could give way.
+func (m *Manager) roomFromPools(ctx context.Context, s *mcpbox.Session, warmOK bool, refused error) (*mcpbox.Session, error) {
+	deadline := time.Now().Add(poolWait)
+	for time.Now().Before(deadline) {
+		if warmOK {
+			if warm, err := m.claimWarm(ctx, s); err != nil || warm != nil {
+				return warm, err
+			}
+		}
+		recs, err := m.opts.Store.ListSessions(ctx, mcpbox.SessionFilter{States: []mcpbox.SessionState{mcpbox.SessionPooled, mcpbox.SessionCreating}})
+		if err != nil {
+			return nil, err
+		}
+		coming, evicted := false, false
+		for _, r := range recs {
+			if r.Owner != "" {
+				continue
+			}
+			same := r.Template == s.Template && r.Flavor.Name == s.Flavor.Name
+			switch {
+			case same && warmOK:
+				coming = true // ready or nearly: claim it next round
+			case r.State == mcpbox.SessionPooled && r.Holder == m.holder && !evicted:
+				r.State = mcpbox.SessionStopping
+				if m.opts.Store.UpdateSession(ctx, r, nil) == nil {
+					m.opts.Runtime.Destroy(context.WithoutCancel(ctx), r.ID)
+					m.opts.Store.DeleteSession(context.WithoutCancel(ctx), r.ID)
+					evicted = true
+				}
+			}
+		}
+		if evicted {
+			err := m.opts.Store.CreateSession(ctx, s, m.admission())
+			if mcpbox.ErrorCode(err) != mcpbox.ELIMIT {
+				return nil, err
+			}
+			continue // another create took the room first
+		}
+		if !coming {
+			return nil, refused
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil, refused
+}

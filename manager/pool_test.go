@@ -2,11 +2,15 @@ package manager_test
 
 import (
 	"context"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/mcpbox/mcpbox"
+	"github.com/mcpbox/mcpbox/internal/testutil"
 	"github.com/mcpbox/mcpbox/manager"
+	"github.com/mcpbox/mcpbox/store/memstore"
 )
 
 // waitFor polls cond for up to 5s: pools refill in the background.
@@ -65,5 +69,62 @@ func TestWarmPool(t *testing.T) {
 	}
 	if n := m.PoolStats()["/small"]; n != 0 {
 		t.Errorf("pool holds %d with the server at its limit, want 0", n)
+	}
+}
+
+// A create at the global limit while the pool is still making the
+// sandbox that holds the last place waits for it and claims it, rather
+// than being refused for a limit its own pool filled.
+func TestCreateAtLimitWaitsForPool(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rt := testutil.NewFakeRuntime()
+	rt.CreateDelay = 300 * time.Millisecond
+	st := memstore.New()
+	m, err := manager.New(ctx, &manager.Options{Runtime: rt, Store: st, MaxSessions: 1, MaxSessionsPerOwner: 1,
+		Pools:      []manager.PoolSpec{{Flavor: "small", Size: 1}},
+		WarmKernel: func(context.Context, http.RoundTripper) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(ctx)
+	go m.Run(ctx)
+	var making string
+	waitFor(t, "the pool to start a sandbox", func() bool {
+		recs, _ := st.ListSessions(ctx, mcpbox.SessionFilter{States: []mcpbox.SessionState{mcpbox.SessionCreating}})
+		if len(recs) == 1 {
+			making = recs[0].ID
+		}
+		return making != ""
+	})
+	s, err := m.Create(ctx, "alice", manager.CreateRequest{})
+	if err != nil {
+		t.Fatalf("create while the pool fills the last place: %v", err)
+	}
+	if s.ID != making {
+		t.Errorf("session %s, want the pool's sandbox %s", s.ID, making)
+	}
+}
+
+// A create at the limit that a pool of another kind holds takes its
+// place: the ready pool sandbox is destroyed and the create goes on.
+func TestCreateAtLimitEvictsOtherPool(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m, rt, _ := newManager(t, manager.Options{MaxSessions: 1, MaxSessionsPerOwner: 1,
+		Pools: []manager.PoolSpec{{Flavor: "small", Size: 1}}})
+	defer m.Close(ctx)
+	go m.Run(ctx)
+	waitFor(t, "the pool to fill", func() bool { return m.PoolStats()["/small"] == 1 })
+	s, err := m.Create(ctx, "alice", manager.CreateRequest{Flavor: "medium"})
+	if err != nil {
+		t.Fatalf("create of another flavor with the pool holding the last place: %v", err)
+	}
+	if s.Flavor.Name != "medium" || rt.Live() != 1 {
+		t.Errorf("session of flavor %s with %d sandboxes live, want medium and 1", s.Flavor.Name, rt.Live())
+	}
+	// Ask for more than the limit: refused, and no pool is left to give way.
+	if _, err := m.Create(ctx, "bob", manager.CreateRequest{}); mcpbox.ErrorCode(err) != mcpbox.ELIMIT {
+		t.Errorf("a create past the limit: %v, want ELIMIT", err)
 	}
 }
