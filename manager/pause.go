@@ -119,6 +119,9 @@ func (m *Manager) resume(ctx context.Context, owner, id string, p Pauser) (*mcpb
 		if err != nil {
 			return nil, err
 		}
+		if s.State == mcpbox.SessionRunning {
+			return s, nil // a resume beside this one recorded it first
+		}
 		if s.State != mcpbox.SessionPaused {
 			return nil, notRunning(s)
 		}

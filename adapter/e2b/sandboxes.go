@@ -423,12 +423,19 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	status := http.StatusOK
 	if s.State == mcpbox.SessionPaused {
-		var err error
-		if s, err = h.mgr.Resume(r.Context(), ownerOf(r), s.ID); err != nil {
+		resumed, err := h.mgr.Resume(r.Context(), ownerOf(r), s.ID)
+		switch {
+		case mcpbox.ErrorCode(err) == mcpbox.ECONFLICT && resumed != nil:
+			// Another connect resumed it first: it is running.
+			s = resumed
+		case err != nil:
 			writeDomainError(w, err)
 			return
+		default:
+			s, status = resumed, http.StatusCreated
 		}
-		status = http.StatusCreated
+	}
+	if status == http.StatusCreated {
 		if b.Timeout == nil {
 			// A sandbox paused at its timeout (autoPause) resumes with
 			// the default one, not with none left.
