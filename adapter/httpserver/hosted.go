@@ -19,7 +19,7 @@ import (
 // MCP, with the same keys and owners as /mcp:
 //
 //	GET  /v1/servers                      the definitions (env names only)
-//	GET  /v1/servers/{name}/tools         the server's tools, starting it if needed
+//	GET  /v1/servers/{name}/tools         the server's tools, starting it if needed (NDJSON too)
 //	POST /v1/servers/{name}/tools/{tool}  call a tool; the body is its arguments
 //	POST /v1/quick                        {command, env, network, tool, arguments}: one call, nothing saved
 //
@@ -98,16 +98,17 @@ func (h *Handler) listServers(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) listHostedTools(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	tools, err := h.opts.Hosted.Tools(r.Context(), ownerOf(r), name, nil)
-	if err != nil {
-		h.writeError(w, err)
-		return
-	}
-	out := make([]ToolView, 0, len(tools))
-	for _, t := range tools {
-		out = append(out, ToolView{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema, OutputSchema: t.OutputSchema, ServerName: name})
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"server": name, "tools": out})
+	h.answer(w, r, func(opts *hosted.CallOptions) (any, error) {
+		tools, err := h.opts.Hosted.Tools(r.Context(), ownerOf(r), name, opts)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]ToolView, 0, len(tools))
+		for _, t := range tools {
+			out = append(out, ToolView{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema, OutputSchema: t.OutputSchema, ServerName: name})
+		}
+		return map[string]any{"server": name, "tools": out}, nil
+	})
 }
 
 func (h *Handler) callHostedTool(w http.ResponseWriter, r *http.Request) {
@@ -183,6 +184,19 @@ func (h *Handler) readArgs(w http.ResponseWriter, r *http.Request) (json.RawMess
 
 // answerCall runs a call and answers it, streamed as NDJSON when asked.
 func (h *Handler) answerCall(w http.ResponseWriter, r *http.Request, call func(*hosted.CallOptions) (*mcp.CallToolResult, error)) {
+	h.answer(w, r, func(opts *hosted.CallOptions) (any, error) {
+		res, err := call(opts)
+		if err != nil {
+			return nil, err
+		}
+		return res, nil
+	})
+}
+
+// answer runs work that may start a server and answers its result:
+// plain JSON, or with Accept: application/x-ndjson, progress lines and
+// then the result.
+func (h *Handler) answer(w http.ResponseWriter, r *http.Request, call func(*hosted.CallOptions) (any, error)) {
 	if !strings.Contains(r.Header.Get("Accept"), "application/x-ndjson") {
 		res, err := call(nil)
 		if err != nil {

@@ -123,7 +123,7 @@ func (m *Main) toolsListCommand() *cobra.Command {
 				var out struct {
 					Tools []httpserver.ToolView `json:"tools"`
 				}
-				if err := rc.do(cmd.Context(), "GET", "/v1/servers/"+url.PathEscape(args[0])+"/tools", nil, &out, nil); err != nil {
+				if err := rc.stream(cmd.Context(), "GET", "/v1/servers/"+url.PathEscape(args[0])+"/tools", nil, &out, m.printProgress); err != nil {
 					return err
 				}
 				tools = out.Tools
@@ -379,17 +379,27 @@ func restError(resp *http.Response) error {
 // call posts a tool call and follows its NDJSON stream: progress lines,
 // then the result or an error.
 func (r *rest) call(ctx context.Context, path string, body any, onProgress func(hosted.Progress)) (*mcp.CallToolResult, error) {
-	resp, err := r.send(ctx, "POST", path, body, "application/x-ndjson")
-	if err != nil {
+	var res mcp.CallToolResult
+	if err := r.stream(ctx, "POST", path, body, &res, onProgress); err != nil {
 		return nil, err
+	}
+	return &res, nil
+}
+
+// stream sends a request for an NDJSON answer: progress lines, then the
+// result (decoded into out) or an error.
+func (r *rest) stream(ctx context.Context, method, path string, body, out any, onProgress func(hosted.Progress)) error {
+	resp, err := r.send(ctx, method, path, body, "application/x-ndjson")
+	if err != nil {
+		return err
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 64<<20)
 	for sc.Scan() {
 		var line struct {
-			Progress *hosted.Progress    `json:"progress"`
-			Result   *mcp.CallToolResult `json:"result"`
+			Progress *hosted.Progress `json:"progress"`
+			Result   json.RawMessage  `json:"result"`
 			Error    *struct {
 				Code        string         `json:"error_code"`
 				Message     string         `json:"message"`
@@ -398,19 +408,22 @@ func (r *rest) call(ctx context.Context, path string, body any, onProgress func(
 			} `json:"error"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
-			return nil, mcpbox.Errorf(mcpbox.EINTERNAL, "mcpbox sent a line that is not JSON: %v", err)
+			return mcpbox.Errorf(mcpbox.EINTERNAL, "mcpbox sent a line that is not JSON: %v", err)
 		}
 		switch {
 		case line.Progress != nil && onProgress != nil:
 			onProgress(*line.Progress)
 		case line.Result != nil:
-			return line.Result, nil
+			if err := json.Unmarshal(line.Result, out); err != nil {
+				return mcpbox.Errorf(mcpbox.EINTERNAL, "mcpbox sent a result this client does not read: %v", err)
+			}
+			return nil
 		case line.Error != nil:
-			return nil, &mcpbox.Error{Code: line.Error.Code, Message: line.Error.Message, Suggestions: line.Error.Suggestions, Context: line.Error.Context}
+			return &mcpbox.Error{Code: line.Error.Code, Message: line.Error.Message, Suggestions: line.Error.Suggestions, Context: line.Error.Context}
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, err
+		return err
 	}
-	return nil, mcpbox.Errorf(mcpbox.EINTERNAL, "mcpbox ended the answer without a result")
+	return mcpbox.Errorf(mcpbox.EINTERNAL, "mcpbox ended the answer without a result")
 }
