@@ -171,6 +171,36 @@ func TestCLIFirstHour(t *testing.T) {
 		}
 	})
 
+	t.Run("session create with a template and a network", func(t *testing.T) {
+		code, _, errOut := cli(t, bin, env, dir, "session", "create", "--template", "nosuchtemplate")
+		if code != 2 || !strings.Contains(errOut, `unknown template "nosuchtemplate"`) {
+			t.Errorf("an unknown template: exit %d, %q", code, errOut)
+		}
+		code, out, errOut := cli(t, bin, env, dir, "session", "create", "--template", "base", "--allow", "pypi.org", "--deny", "evil.example")
+		id := strings.TrimSpace(out)
+		if code != 0 || id == "" {
+			t.Fatalf("create --allow: exit %d, %q %q", code, out, errOut)
+		}
+		defer cli(t, bin, env, dir, "session", "rm", id)
+		_, out, _ = cli(t, bin, env, dir, "session", "ls", "--json")
+		var list []struct {
+			SessionID string `json:"session_id"`
+			Network   string `json:"network"`
+		}
+		if err := json.Unmarshal([]byte(out), &list); err != nil {
+			t.Fatalf("session ls --json: %v: %q", err, out)
+		}
+		network := "(not listed)"
+		for _, s := range list {
+			if s.SessionID == id {
+				network = s.Network
+			}
+		}
+		if !strings.Contains(network, "pypi.org") || !strings.Contains(network, "evil.example") {
+			t.Errorf("session %s has network %q, want its allow and deny lists", id, network)
+		}
+	})
+
 	t.Run("keys: missing, refused, revoked", func(t *testing.T) {
 		code, out, errOut := cli(t, bin, env, dir, "key", "create", "--owner", "alice")
 		key := strings.TrimSpace(out)

@@ -201,7 +201,7 @@ func stopCommand() registrar {
 // --- sessions ---
 
 type createSessionIn struct {
-	Template string                `json:"template,omitempty" jsonschema:"Sandbox template; only default exists."`
+	Template string                `json:"template,omitempty" jsonschema:"Sandbox template: default (the host's own /usr), or a template made with mcpbox template build, import, pull or commit (mcpbox template ls lists them); base and code-interpreter-v1 are aliases of default and code-interpreter."`
 	Flavor   string                `json:"flavor,omitempty" jsonschema:"small (1 CPU, 1 GiB; the default), medium (2 CPU, 2 GiB), large (4 CPU, 4 GiB) or a flavor the server defines."`
 	Env      map[string]string     `json:"env,omitempty" jsonschema:"Environment variables every execution in the session sees."`
 	TTL      durationArg           `json:"ttl,omitempty" jsonschema:"How long the session may live at most: seconds (7200) or a duration (\"2h\", \"90m\"); the server's default when left out. A session unused for the server's idle timeout ends sooner."`

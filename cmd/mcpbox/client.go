@@ -147,7 +147,9 @@ func (m *Main) sessionCommand() *cobra.Command {
 		Short: "Create, list and remove sessions on a running mcpbox serve (MCPBOX_URL, MCPBOX_API_KEY)",
 	}
 	var flavor, ttl string
-	var env []string
+	var env, allow, deny []string
+	var template string
+	var public bool
 	create := &cobra.Command{
 		Use:   "create",
 		Short: "Create a session and print its id",
@@ -160,7 +162,7 @@ func (m *Main) sessionCommand() *cobra.Command {
 			var d time.Duration
 			if ttl != "" {
 				if d, err = mcpserver.ParseDuration(ttl); err != nil {
-					return mcpbox.Errorf(mcpbox.EINVALID, "--ttl: %s", err.(*mcpbox.Error).Message)
+					return mcpbox.Errorf(mcpbox.EINVALID, "--ttl: %v", err)
 				}
 			}
 			cs, err := dial(cmd.Context())
@@ -169,6 +171,12 @@ func (m *Main) sessionCommand() *cobra.Command {
 			}
 			defer cs.Close()
 			args := map[string]any{"flavor": flavor, "env": vars}
+			if template != "" {
+				args["template"] = template
+			}
+			if len(allow) > 0 || len(deny) > 0 || public {
+				args["network"] = map[string]any{"allow": allow, "deny": deny, "public": public}
+			}
 			if d > 0 {
 				args["ttl"] = d.Seconds()
 			}
@@ -191,6 +199,10 @@ func (m *Main) sessionCommand() *cobra.Command {
 		},
 	}
 	create.Flags().StringVar(&flavor, "flavor", "", "small, medium, large or a configured flavor")
+	create.Flags().StringVar(&template, "template", "", "template to start from (mcpbox template ls); default: the host's own /usr")
+	create.Flags().StringArrayVar(&allow, "allow", nil, "host pattern the session may reach over HTTP(S), e.g. pypi.org or *.example.com (repeatable)")
+	create.Flags().StringArrayVar(&deny, "deny", nil, "host pattern the session may never reach; wins over --allow and --public (repeatable)")
+	create.Flags().BoolVar(&public, "public", false, "let the session reach any public host")
 	create.Flags().StringVar(&ttl, "ttl", "", "longest life of the session: seconds (7200) or a duration (2h, 90m); default: the server's")
 	create.Flags().StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE for every execution (repeatable)")
 
