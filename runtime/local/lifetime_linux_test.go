@@ -37,15 +37,31 @@ func TestEphemeralOutlivesCreatingThread(t *testing.T) {
 		tid int
 		err error
 	}
-	done := make(chan created, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, err := rt.Create(ctx, mcpbox.SandboxSpec{ID: id, Flavor: tiny, Ephemeral: true})
-		done <- created{unix.Gettid(), err}
-	}()
-	res := <-done
+	// Go never ends the process's main thread, even when the goroutine
+	// locked to it exits. A creator that lands there holds it until the
+	// test ends, and another creator (on another thread) takes over.
+	release := make(chan struct{})
+	defer close(release)
+	var res created
+	for {
+		done := make(chan created, 1)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+			if unix.Gettid() == unix.Getpid() {
+				done <- created{tid: -1}
+				<-release
+				runtime.UnlockOSThread()
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, err := rt.Create(ctx, mcpbox.SandboxSpec{ID: id, Flavor: tiny, Ephemeral: true})
+			done <- created{unix.Gettid(), err}
+		}()
+		if res = <-done; res.tid != -1 {
+			break
+		}
+	}
 	if res.err != nil {
 		t.Fatal(res.err)
 	}
