@@ -113,7 +113,7 @@ paths printed on stderr.`,
 	f := cmd.Flags()
 	f.StringVarP(&lang, "language", "l", "python", "python, javascript or shell")
 	f.StringVar(&flavor, "flavor", mcpbox.DefaultFlavor, "sandbox size: small, medium, large or one from the config")
-	f.StringVar(&tmpl, "template", "", "the sandbox's root filesystem: default (the host's), or one of `mcpbox template ls`")
+	f.StringVar(&tmpl, "template", "", "the sandbox's root filesystem: default (the host's), or one that mcpbox template ls lists")
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "kill the program after this long (at most 1h)")
 	f.StringArrayVarP(&envs, "env", "e", nil, "set an environment variable, K=V (repeatable)")
 	f.StringVarP(&file, "file", "f", "", "read the code from this file")
