@@ -62,7 +62,7 @@ func (m *Main) serverAddCommand() *cobra.Command {
 		Short: "Add (or replace) a hosted MCP server definition",
 		Example: `  mcpbox server add filesystem --command "npx -y @modelcontextprotocol/server-filesystem /workspace" --description "Files"
   mcpbox server add github --command "npx -y @modelcontextprotocol/server-github" --env GITHUB_PERSONAL_ACCESS_TOKEN=ghp_…
-  mcpbox server add fetch --command "mcp-server-fetch" --install-commands "pip install mcp-server-fetch" --network-allow pypi.org --network-allow files.pythonhosted.org`,
+  mcpbox server add fetch --command "python3 -m mcp_server_fetch" --install-commands "pip install --user --break-system-packages mcp-server-fetch" --network-allow pypi.org --network-allow files.pythonhosted.org`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			h, _, err := m.definitions(cmd, &f)

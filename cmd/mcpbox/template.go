@@ -255,7 +255,7 @@ func (m *Main) templateExport(open templateOpener, progress template.Progress) *
 	var dir string
 	cmd := &cobra.Command{
 		Use:   "export NAME --oci DIR",
-		Short: "Write a template as an OCI image layout (what the Kubernetes backend runs)",
+		Short: "Write a template as an OCI image layout (for any OCI runtime or registry)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dir == "" {
