@@ -380,10 +380,17 @@ func TestProgressAndCancel(t *testing.T) {
 	if _, err := cs.CallTool(context.Background(), params); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	got := strings.Join(msgs, "|")
-	mu.Unlock()
-	if !strings.Contains(got, "tick 0") || !strings.Contains(got, "tick 2") {
+	// The client hands over a response as it reads it; notifications read
+	// before it may still be in its handler queue.
+	joined := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Join(msgs, "|")
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !strings.Contains(joined(), "tick 2"); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := joined(); !strings.Contains(got, "tick 0") || !strings.Contains(got, "tick 2") {
 		t.Errorf("progress messages = %q", got)
 	}
 
