@@ -11,6 +11,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"regexp"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/mcpbox/mcpbox"
@@ -52,4 +54,34 @@ func Authenticate(ctx context.Context, ks mcpbox.KeyStore, secret string) (*mcpb
 		return nil, mcpbox.Errorf(mcpbox.EUNAUTH, "this server has no API keys")
 	}
 	return ks.KeyByHash(ctx, Hash(secret))
+}
+
+// Presence tells whether a key store holds any live key, asking the store
+// at most once a second, so a key made or revoked by another process takes
+// effect without a restart while a busy server does not list keys on every
+// request. The zero value is ready to use.
+type Presence struct {
+	mu      sync.Mutex
+	checked time.Time
+	exist   bool
+}
+
+// Any reports whether ks holds a live key; false for a nil store, true
+// when the store cannot be read (fail closed).
+func (p *Presence) Any(ctx context.Context, ks mcpbox.KeyStore) bool {
+	if ks == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if time.Since(p.checked) < time.Second {
+		return p.exist
+	}
+	keys, err := ks.ListKeys(ctx)
+	if err != nil {
+		return true
+	}
+	p.exist = slices.ContainsFunc(keys, func(k *mcpbox.APIKey) bool { return !k.Revoked })
+	p.checked = time.Now()
+	return p.exist
 }

@@ -28,9 +28,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/mcpbox/mcpbox"
@@ -66,9 +64,7 @@ type Handler struct {
 	log  *slog.Logger
 	mux  *http.ServeMux
 
-	keysMu      sync.Mutex
-	keysChecked time.Time
-	keysExist   bool
+	keys apikey.Presence
 }
 
 // New returns a Handler.
@@ -210,24 +206,9 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (string, 
 	return k.Owner, true
 }
 
-// keysConfigured reports whether any live key exists, looked up at most
-// once a second so a new key takes effect without a restart.
+// keysConfigured reports whether any live key exists (apikey.Presence).
 func (h *Handler) keysConfigured(ctx context.Context) bool {
-	if h.opts.Keys == nil {
-		return false
-	}
-	h.keysMu.Lock()
-	defer h.keysMu.Unlock()
-	if time.Since(h.keysChecked) < time.Second {
-		return h.keysExist
-	}
-	keys, err := h.opts.Keys.ListKeys(ctx)
-	if err != nil {
-		return true // fail closed
-	}
-	h.keysExist = slices.ContainsFunc(keys, func(k *mcpbox.APIKey) bool { return !k.Revoked })
-	h.keysChecked = time.Now()
-	return h.keysExist
+	return h.keys.Any(ctx, h.opts.Keys)
 }
 
 // apiError is E2B's error body. The SDK tells a missing sandbox by

@@ -74,9 +74,7 @@ type Handler struct {
 	metrics *Metrics
 	log     *slog.Logger
 
-	keysMu      sync.Mutex
-	keysChecked time.Time
-	keysExist   bool
+	keys apikey.Presence
 
 	sse sseSessions
 }
@@ -270,25 +268,9 @@ func (h *Handler) hasKey(r *http.Request) bool {
 	return err == nil
 }
 
-// keysConfigured reports whether any live key exists, looked up at most
-// once a second so a key made with `mcpbox key create` takes effect
-// without a restart.
+// keysConfigured reports whether any live key exists (apikey.Presence).
 func (h *Handler) keysConfigured(ctx context.Context) bool {
-	if h.opts.Keys == nil {
-		return false
-	}
-	h.keysMu.Lock()
-	defer h.keysMu.Unlock()
-	if time.Since(h.keysChecked) < time.Second {
-		return h.keysExist
-	}
-	keys, err := h.opts.Keys.ListKeys(ctx)
-	if err != nil {
-		return true // fail closed
-	}
-	h.keysExist = slices.ContainsFunc(keys, func(k *mcpbox.APIKey) bool { return !k.Revoked })
-	h.keysChecked = time.Now()
-	return h.keysExist
+	return h.keys.Any(ctx, h.opts.Keys)
 }
 
 // --- browsers and DNS rebinding ---
