@@ -25,6 +25,12 @@ type Template struct {
 	// Layers are the digests ("sha256:…") of its layers' uncompressed
 	// contents, bottom first. Empty for the host template.
 	Layers []string `json:"layers,omitempty"`
+	// HostSystem says its system is the host's: its layers go on top of
+	// the host template's root (the host's /usr and a few /etc files,
+	// bound read-only) instead of being a whole root. A commit of a
+	// session of the host template, or of such a template, makes one; it
+	// holds only what the sessions wrote, so it cannot be exported.
+	HostSystem bool `json:"host_system,omitempty"`
 	// User is the image's default user ("1000", "user", "0:0"); code runs
 	// as the sandbox's user whatever it says, it is kept for export.
 	User string `json:"user,omitempty"`

@@ -22,17 +22,18 @@ import (
 // and deleted becomes one new layer on top of parent's. The sandbox may
 // go on running; what it writes meanwhile may or may not be in the
 // layer.
+//
+// A session of the host template ("" or "default") commits too: its
+// system is the host's read-only /usr, which is no layer, so the new
+// template is HostSystem, its one layer what the session wrote outside
+// that system (its home, /workspace, /tmp), and its sandboxes get the
+// host's /usr again beneath it. Commits on top of it stay HostSystem.
 func (s *Store) Commit(ctx context.Context, name, parent, upper string, progress Progress) (*mcpbox.Template, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, err
 	}
 	if Canonical(name) != name || name == mcpbox.HostTemplate {
 		return nil, mcpbox.Errorf(mcpbox.EINVALID, "%q names a built-in template; choose another name", name)
-	}
-	parent = Canonical(parent)
-	if parent == mcpbox.HostTemplate {
-		return nil, mcpbox.Errorf(mcpbox.EUNSUPPORTED, "a session of the host template cannot be committed: its system is the host's /usr, which is no layer").
-			WithSuggestion("create the session from a stored template (`mcpbox template ls`), make your changes there, and commit that one")
 	}
 	base, err := s.Get(parent)
 	if err != nil {
@@ -60,7 +61,14 @@ func (s *Store) Commit(ctx context.Context, name, parent, upper string, progress
 	t := &mcpbox.Template{Name: name, Layers: append(append([]string{}, base.Layers...), digest),
 		User: base.User, Workdir: base.Workdir, Env: base.Env, Parent: base.Name,
 		Source: "commit", Created: time.Now().UTC()}
-	s.detect(t)
+	// A session on the host's system writes no /usr: what runs in the
+	// new template's sandboxes is the host's.
+	t.HostSystem = base.Name == mcpbox.HostTemplate || base.HostSystem
+	if t.HostSystem {
+		t.Languages, t.Shell = Host().Languages, Host().Shell
+	} else {
+		s.detect(t)
+	}
 	if err := s.save(t); err != nil {
 		return nil, err
 	}

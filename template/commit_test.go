@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -63,9 +65,6 @@ func TestCommitAndExport(t *testing.T) {
 		}
 	}
 	t.Run("commit", func(t *testing.T) { check(t, s, c.Layers) })
-	if _, err := s.Commit(ctx, "x", "default", upper, nil); mcpbox.ErrorCode(err) != mcpbox.EUNSUPPORTED {
-		t.Errorf("commit on the host template: %v", err)
-	}
 
 	out := filepath.Join(t.TempDir(), "oci")
 	if _, err := s.Export(ctx, "committed", out, nil); err != nil {
@@ -80,4 +79,77 @@ func TestCommitAndExport(t *testing.T) {
 		t.Errorf("config not exported: %+v", back)
 	}
 	t.Run("export round trip", func(t *testing.T) { check(t, s2, back.Layers) })
+}
+
+// TestCommitOnTheHostSystem commits uppers of host-template sessions: the
+// template is based on the host's system (its layer holds only what the
+// session wrote, its languages and shell are the host's), a commit of a
+// session of it stays so, and neither can be exported. The usual checks
+// on names still apply.
+func TestCommitOnTheHostSystem(t *testing.T) {
+	ctx := context.Background()
+	s := testStore(t, nil)
+	upper := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(upper, "home/user/.local/bin"), 0o755))
+	must(os.WriteFile(filepath.Join(upper, "home/user/.local/bin/tool"), []byte("#!/bin/sh\n"), 0o755))
+	must(os.MkdirAll(filepath.Join(upper, "workspace"), 0o755))
+	must(os.WriteFile(filepath.Join(upper, "workspace/notes"), []byte("n"), 0o644))
+
+	for _, tc := range []struct{ name, parent string }{
+		{"default", ""}, {"base", ""}, {"code-interpreter-v1", "default"}, {"Bad Name", ""},
+	} {
+		if _, err := s.Commit(ctx, tc.name, tc.parent, upper, nil); mcpbox.ErrorCode(err) != mcpbox.EINVALID {
+			t.Errorf("commit to %q: %v, want %s", tc.name, err, mcpbox.EINVALID)
+		}
+	}
+	host := Host()
+	for _, parent := range []string{"", "default", "base"} {
+		c, err := s.Commit(ctx, "onhost", parent, upper, nil)
+		if err != nil {
+			t.Fatalf("commit of a session of %q: %v", parent, err)
+		}
+		if !c.HostSystem || c.Parent != mcpbox.HostTemplate || len(c.Layers) != 1 || c.Source != "commit" ||
+			c.Workdir != host.Workdir || c.Shell != host.Shell || !slices.Equal(c.Languages, host.Languages) {
+			t.Fatalf("commit of a session of %q: %+v", parent, c)
+		}
+	}
+	got, err := s.Get("onhost")
+	if err != nil || !got.HostSystem || !slices.Equal(got.Languages, host.Languages) {
+		t.Fatalf("get: %+v %v", got, err)
+	}
+	if !s.lookup(got.Layers, "home/user/.local/bin/tool") || !s.lookup(got.Layers, "workspace/notes") {
+		t.Error("the layer lacks what the session wrote")
+	}
+
+	upper2 := t.TempDir()
+	must(os.MkdirAll(filepath.Join(upper2, "workspace"), 0o755))
+	must(os.WriteFile(filepath.Join(upper2, "workspace/more"), []byte("m"), 0o644))
+	c2, err := s.Commit(ctx, "onhost2", "onhost", upper2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c2.HostSystem || c2.Parent != "onhost" || len(c2.Layers) != 2 || c2.Layers[0] != got.Layers[0] || !slices.Equal(c2.Languages, host.Languages) {
+		t.Fatalf("commit on a host-based template: %+v", c2)
+	}
+	if _, err := s.Commit(ctx, "onhost2", "onhost2", upper2, nil); mcpbox.ErrorCode(err) != mcpbox.EINVALID {
+		t.Errorf("commit onto the session's own template: %v", err)
+	}
+
+	for _, name := range []string{"onhost", "onhost2", "default"} {
+		_, err := s.Export(ctx, name, filepath.Join(t.TempDir(), "oci"), nil)
+		if mcpbox.ErrorCode(err) != mcpbox.EUNSUPPORTED || !strings.Contains(err.Error(), "/usr") {
+			t.Errorf("export of %s: %v", name, err)
+		}
+	}
+	// Removing the first keeps the layer the second still uses.
+	must(s.Remove(ctx, "onhost"))
+	if _, err := s.Get("onhost2"); err != nil {
+		t.Errorf("after removing its parent: %v", err)
+	}
 }

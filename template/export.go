@@ -24,7 +24,9 @@ import (
 // missing; an existing layout gets the image added): its layers re-packed
 // with the image's own ids and OCI whiteouts, and its env, user and
 // working directory in the image config. The image is annotated with the
-// template's name (org.opencontainers.image.ref.name).
+// template's name (org.opencontainers.image.ref.name). The host template
+// and templates based on it (HostSystem) are refused: the host's /usr is
+// not theirs to export.
 func (s *Store) Export(ctx context.Context, name, dir string, progress Progress) (v1.Hash, error) {
 	t, err := s.Get(name)
 	if err != nil {
@@ -33,6 +35,12 @@ func (s *Store) Export(ctx context.Context, name, dir string, progress Progress)
 	if t.Name == mcpbox.HostTemplate {
 		return v1.Hash{}, mcpbox.Errorf(mcpbox.EUNSUPPORTED, "the host template is the host's /usr: it cannot be exported").
 			WithSuggestion("export a stored template (`mcpbox template ls`)")
+	}
+	if t.HostSystem {
+		return v1.Hash{}, mcpbox.Errorf(mcpbox.EUNSUPPORTED, "template %s cannot be exported: it is based on the host's system (a commit of a host-template session), "+
+			"and its layers hold only what the session wrote, not the host's /usr it runs on", t.Name).
+			With("template", t.Name).
+			WithSuggestion("to export an image, make the session from a stored template (`mcpbox template build python`, `template import`) and commit that one")
 	}
 	tmp, err := s.tmpDir()
 	if err != nil {

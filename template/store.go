@@ -24,6 +24,8 @@
 // privilege, and an image's own overlay attributes could forge whiteouts.
 //
 // The host template, "default", is not stored here: it is the host's /usr.
+// A commit of one of its sessions is (mcpbox.Template.HostSystem): its
+// layers hold what the session wrote, and go on top of the host's /usr.
 package template
 
 import (
@@ -211,6 +213,10 @@ func (s *Store) read(name string) (*mcpbox.Template, error) {
 	if err := json.Unmarshal(b, &t); err != nil {
 		return nil, mcpbox.Errorf(mcpbox.EINTERNAL, "template %s: its record %s is corrupt: %v", name, s.imagePath(name), err).
 			WithSuggestion("remove it with `mcpbox template rm " + name + "` and make it again")
+	}
+	if t.HostSystem {
+		// Its interpreters are the host's, as they are today.
+		t.Languages = hostLanguages()
 	}
 	return &t, nil
 }
