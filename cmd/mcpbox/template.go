@@ -110,7 +110,7 @@ func (m *Main) templateLs(open templateOpener) *cobra.Command {
 				if t.Name != mcpbox.HostTemplate {
 					size = fmt.Sprintf("%.1f MB", float64(t.Size)/1e6)
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", t.Name, len(t.Layers), size, langList(t.Languages), t.Source, created)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, layerCount(t), size, langList(t.Languages), t.Source, created)
 			}
 			for _, name := range template.RecipeNames() {
 				if !have[name] {
@@ -122,6 +122,15 @@ func (m *Main) templateLs(open templateOpener) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
 	return cmd
+}
+
+// layerCount is a template's layers as ls shows them: "host+N" when they
+// go on top of the host's system (a commit of a host-template session).
+func layerCount(t *mcpbox.Template) string {
+	if t.HostSystem {
+		return fmt.Sprintf("host+%d", len(t.Layers))
+	}
+	return fmt.Sprint(len(t.Layers))
 }
 
 func langList(ls []mcpbox.Language) string {
@@ -223,7 +232,7 @@ func (m *Main) templatePull(open templateOpener, progress template.Progress) *co
 func (m *Main) templateCommit(open templateOpener, progress template.Progress) *cobra.Command {
 	return &cobra.Command{
 		Use:   "commit SESSION NAME",
-		Short: "Make a template of a running session: its template plus everything it changed, as a new layer",
+		Short: "Make a template of a running session: its template plus everything it changed, as a new layer (on the host template: what it wrote outside the host's /usr)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rt, s, err := open(cmd)
@@ -238,7 +247,7 @@ func (m *Main) templateCommit(open templateOpener, progress template.Progress) *
 				return err
 			}
 			upper, err := rt.UpperDir(cmd.Context(), args[0])
-			if err != nil && template.Canonical(parent) != mcpbox.HostTemplate {
+			if err != nil {
 				return err
 			}
 			t, err := s.Commit(cmd.Context(), args[1], parent, upper, progress)

@@ -79,12 +79,15 @@ type initConfig struct {
 	// are its layers' directories in the layer store, top first; the
 	// store is a detached read-only copy at fd LayersFD, or (rootless)
 	// the host directory LayersDir. Workdir is user code's directory
-	// when the template names one.
-	Template  string   `json:"template,omitempty"`
-	Layers    []string `json:"layers,omitempty"`
-	LayersFD  int      `json:"layers_fd,omitempty"`
-	LayersDir string   `json:"layers_dir,omitempty"`
-	Workdir   string   `json:"workdir,omitempty"`
+	// when the template names one. HostSystem says the template is
+	// based on the host's system: its layers go beneath the host's /usr
+	// binds (mcpbox.Template.HostSystem).
+	Template   string   `json:"template,omitempty"`
+	Layers     []string `json:"layers,omitempty"`
+	LayersFD   int      `json:"layers_fd,omitempty"`
+	LayersDir  string   `json:"layers_dir,omitempty"`
+	Workdir    string   `json:"workdir,omitempty"`
+	HostSystem bool     `json:"host_system,omitempty"`
 	// EgressFD is the fd of the egress directory's detached copy, or
 	// (rootless) EgressDir its host path; neither without egress. See
 	// egress_linux.go.

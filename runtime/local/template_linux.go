@@ -20,16 +20,19 @@ import (
 // the overlay of its layers, which live in $MCPBOX_HOME/templates (see
 // package template). PID 1 is handed a read-only copy of the layer
 // store's directory (a detached mount, like the kernel drivers) and
-// mounts the layers it is told to from there: nothing is copied.
+// mounts the layers it is told to from there: nothing is copied. A
+// template based on the host's system (a commit of a host-template
+// session) gets both: its layers, and the host's /usr bound on top.
 //
 // The agent needs nothing from the image: PID 1 is this binary, started
 // from the host before the root changes and never executed again from
 // inside, so an image without mcpbox, or with another libc, or none,
 // runs it just the same.
 
-// fdDisk is where a sandbox's PID 1 keeps its tmpfs open: the host reads
-// the overlay's upper directory through /proc/<pid>/fd/<fdDisk>/upper
-// (Commit). High, out of the way of what the agent opens.
+// fdDisk is where every sandbox's PID 1 keeps its tmpfs open: the host
+// reads the overlay's upper directory through
+// /proc/<pid>/fd/<fdDisk>/upper (Commit), the host template's sessions'
+// too. High, out of the way of what the agent opens.
 const fdDisk = 1000
 
 // templates is the runtime's template store, opened on first use.
@@ -86,7 +89,7 @@ func (r *Runtime) templateConfig(t *mcpbox.Template, h *handoff, cfg *initConfig
 	} else {
 		cfg.LayersDir = s.LayersDir()
 	}
-	cfg.Template = t.Name
+	cfg.Template, cfg.HostSystem = t.Name, t.HostSystem
 	if t.Workdir != "" && t.Workdir != "/" {
 		cfg.Workdir = filepath.Clean("/" + t.Workdir)
 	}
@@ -112,7 +115,7 @@ func (r *Runtime) UpperDir(ctx context.Context, id string) (string, error) {
 	p := "/proc/" + strconv.Itoa(st.PID) + "/fd/" + strconv.Itoa(fdDisk) + "/upper"
 	if _, err := os.Stat(p); err != nil {
 		return "", mcpbox.Errorf(mcpbox.EUNSUPPORTED, "sandbox %s: its changes cannot be read (%v)", id, err).
-			WithSuggestion("only sandboxes made from a template by this version can be committed")
+			WithSuggestion("only sandboxes started by this version can be committed: start a new session")
 	}
 	return p, nil
 }
@@ -146,8 +149,10 @@ func (r *Runtime) TemplateUsers(ctx context.Context, name string) ([]string, err
 }
 
 // templateOptions is PID 1's side of templateConfig: the layer store to
-// attach and the layers to stack.
+// attach and the layers to stack. Every sandbox keeps its disk open for
+// Commit, the host template's too.
 func templateOptions(cfg *initConfig, opts *rootfs.Options) error {
+	opts.KeepDiskFD = fdDisk
 	if cfg.Template == "" {
 		return nil
 	}
@@ -162,6 +167,6 @@ func templateOptions(cfg *initConfig, opts *rootfs.Options) error {
 	default:
 		return step("template layers", fmt.Errorf("template %s: no layer store handed in", cfg.Template))
 	}
-	opts.LayerNames, opts.Workdir, opts.KeepDiskFD = cfg.Layers, cfg.Workdir, fdDisk
+	opts.LayerNames, opts.Workdir, opts.HostSystem = cfg.Layers, cfg.Workdir, cfg.HostSystem
 	return nil
 }

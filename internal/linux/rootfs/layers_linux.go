@@ -25,6 +25,11 @@ import (
 // of a user namespace. Lower directories are named relative to the
 // tmpfs (this process's working directory while it mounts), which keeps
 // the mount's options, at most a page, short enough for ~50 layers.
+//
+// A template based on the host's system (Options.HostSystem) is mounted
+// the same way, its skeleton the host template's: the layers then hold
+// only what sessions wrote, and the host's /usr is bound on top as in any
+// host-template sandbox.
 
 var layerName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 

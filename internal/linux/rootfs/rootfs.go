@@ -10,7 +10,9 @@
 // read-only binds of the host's /usr and a few /etc files, the
 // precompiled kernel drivers, the session's volumes, a fresh /proc with
 // what it would reveal of the host masked, and a minimal /dev. [Pivot]
-// then makes it the root and detaches the host's.
+// then makes it the root and detaches the host's. A template's layers
+// (layers_linux.go) go beneath the skeleton, in place of the host's /usr
+// or, for a template based on the host's system, under it.
 //
 // What comes from the host comes as descriptors, not names: the sandbox's
 // PID 1 runs as a uid that has no right to walk to its scratch directory
@@ -46,6 +48,11 @@ type Options struct {
 	// the host's /usr. See layers_linux.go.
 	Layers     *os.File
 	LayerNames []string
+	// HostSystem, with Layers, keeps the host's system under the layers:
+	// the skeleton, the host's /usr and /etc binds are the host
+	// template's, and the layers (a commit of a host-template session)
+	// lie beneath the skeleton instead of being a whole root.
+	HostSystem bool
 	// Workdir is made, owned by UID, when not "" (a template's working
 	// directory).
 	Workdir string

@@ -93,12 +93,18 @@ func Build(o Options) (*os.File, error) {
 	return r, step("open new root", err)
 }
 
+// hostSystem reports whether the root's system is the host's: the host
+// template, or a template based on it. Another template brings its own.
+func (o *Options) hostSystem() bool { return o.Layers == nil || o.HostSystem }
+
 // bindHost binds the host's system directories, a few /etc files and the
-// kernel drivers read-only into root.
+// kernel drivers read-only into root. Their mount points are the
+// skeleton's, the top lower layer: no template layer beneath can make
+// one a link that leads elsewhere.
 func bindHost(root string, o Options) error {
 	for _, d := range usrDirs {
-		if o.Layers != nil {
-			break // a template brings its own
+		if !o.hostSystem() {
+			break
 		}
 		src := "/" + d
 		fi, err := os.Lstat(src)
@@ -111,7 +117,7 @@ func bindHost(root string, o Options) error {
 	}
 	for _, e := range etcBinds {
 		src := filepath.Join("/etc", e)
-		if _, err := os.Stat(src); err != nil || o.Layers != nil {
+		if _, err := os.Stat(src); err != nil || !o.hostSystem() {
 			continue
 		}
 		if err := mount.BindReadOnly(src, filepath.Join(root, "etc", e)); err != nil {
@@ -136,7 +142,9 @@ func bindHost(root string, o Options) error {
 }
 
 // buildLower writes the skeleton every sandbox starts from: mount points,
-// merged-/usr symlinks, and a minimal /etc with the sandbox's users.
+// merged-/usr symlinks, and a minimal /etc with the sandbox's users. A
+// template's skeleton, unless it is based on the host's system, has no
+// mount points for the host's and takes its users from the image.
 func buildLower(lower string, o Options) error {
 	dirs := map[string]os.FileMode{
 		"etc": 0o755, "home": 0o755, "root": 0o700, "proc": 0o555, "dev": 0o755,
@@ -152,11 +160,14 @@ func buildLower(lower string, o Options) error {
 			return step("chmod "+d, err)
 		}
 	}
-	if o.Layers != nil {
+	if !o.hostSystem() {
 		return buildTemplateLower(lower, o)
 	}
-	for _, d := range []string{o.Home, o.Workspace} {
-		p := filepath.Join(lower, d)
+	for _, d := range []string{o.Home, o.Workspace, o.Workdir} {
+		if d == "" {
+			continue
+		}
+		p := filepath.Join(lower, filepath.Clean("/"+d))
 		if err := os.MkdirAll(p, 0o755); err != nil {
 			return step("mkdir "+d, err)
 		}
