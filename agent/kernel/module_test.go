@@ -1,9 +1,12 @@
 package kernel_test
 
 import (
+	"bytes"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,9 +21,14 @@ func TestPythonModule(t *testing.T) {
 	if err != nil {
 		t.Fatalf("python3 is needed: %v", err)
 	}
-	dir := t.TempDir()
-	if err := kernel.WritePythonModule(dir, py); err != nil {
+	want, err := exec.Command(py, "-c", "import sys; print(sys.implementation.cache_tag)").Output()
+	if err != nil {
 		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tag, err := kernel.WritePythonModule(dir, py)
+	if err != nil || tag != strings.TrimSpace(string(want)) {
+		t.Fatalf("first write: tag %q, %v; want %q", tag, err, want)
 	}
 	pycs, _ := filepath.Glob(filepath.Join(dir, "__pycache__", kernel.PythonModule+".*.pyc"))
 	if len(pycs) != 1 {
@@ -30,8 +38,8 @@ func TestPythonModule(t *testing.T) {
 	before, _ := os.Stat(src)
 	pycBefore, _ := os.Stat(pycs[0])
 	time.Sleep(10 * time.Millisecond)
-	if err := kernel.WritePythonModule(dir, py); err != nil {
-		t.Fatal(err)
+	if tag2, err := kernel.WritePythonModule(dir, py); err != nil || tag2 != tag {
+		t.Fatalf("second write: tag %q, %v; want %q", tag2, err, tag)
 	}
 	if after, _ := os.Stat(src); !after.ModTime().Equal(before.ModTime()) {
 		t.Error("an unchanged driver was written again (its bytecode goes stale)")
@@ -60,5 +68,22 @@ func TestPythonModule(t *testing.T) {
 		}
 		srv.Close()
 		m.Close()
+	}
+}
+
+// TestPythonModuleSourceOnly: without an interpreter on the host the
+// source is still written, for template interpreters to compile.
+func TestPythonModuleSourceOnly(t *testing.T) {
+	dir := t.TempDir()
+	tag, err := kernel.WritePythonModule(dir, "")
+	if err != nil || tag != "" {
+		t.Fatalf("tag %q, %v", tag, err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, kernel.PythonModule+".py"))
+	if err != nil || !bytes.Equal(b, kernel.PythonSource()) {
+		t.Fatalf("source: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "__pycache__")); err == nil {
+		t.Error("bytecode without an interpreter")
 	}
 }

@@ -38,7 +38,9 @@ type Runtime struct {
 	log      *slog.Logger
 	// kernels is the host directory of precompiled kernel drivers bound
 	// into every sandbox at sandboxKernels; empty when it could not be made.
+	// py holds the directories some templates get instead (pydriver_linux.go).
 	kernels string
+	py      pyDrivers
 
 	// eg is the egress proxy and the sandboxes this process serves.
 	eg egressState
@@ -73,6 +75,7 @@ func New(opts *Options) (*Runtime, error) {
 		log:      opts.Logger,
 		live:     map[string]*child{},
 	}
+	r.py = pyDrivers{sem: make(chan struct{}, 1), ready: map[string]bool{}, busy: map[string]bool{}, failed: map[string]time.Time{}}
 	r.eg.server = opts.Egress
 	if r.home == "" {
 		r.home = DefaultHome()
@@ -114,14 +117,15 @@ func New(opts *Options) (*Runtime, error) {
 	}
 	// The sandbox shares the host's /usr, so its python3 is found the same
 	// way here. Without the precompiled driver kernels compile it at every
-	// start: slower, not broken, so a failure is only a warning.
-	if py, err := process.LookPath("python3", DefaultPath); err == nil {
-		dir := filepath.Join(r.home, "kernels")
-		if err := kernel.WritePythonModule(dir, py); err != nil {
-			r.log.Warn("kernels will compile their driver at every start", "err", err)
-		} else {
-			r.kernels = dir
-		}
+	// start: slower, not broken, so a failure is only a warning. Without
+	// a python3 here the source is still written: templates compile it.
+	py, _ := process.LookPath("python3", DefaultPath)
+	dir := filepath.Join(r.home, "kernels")
+	tag, err := kernel.WritePythonModule(dir, py)
+	if err != nil {
+		r.log.Warn("kernels will compile their driver at every start", "err", err)
+	} else {
+		r.kernels, r.py.hostTag = dir, tag
 	}
 	return r, nil
 }
@@ -278,6 +282,11 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 	if err != nil {
 		return nil, err
 	}
+	kernels, buildDriver, err := r.kernelsFor(ctx, tmpl)
+	if err != nil {
+		return nil, fail("kernel drivers", err)
+	}
+	r.openKernels(h, kernels)
 	cmd, uid := r.command(h)
 	if spec.Ephemeral {
 		// PID 1 dies with this process, and its pid namespace with it:
@@ -318,7 +327,7 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 	cfg := initConfig{ID: spec.ID, DiskBytes: spec.Flavor.DiskBytes, Pids: spec.Flavor.Pids,
 		UID: uid, Env: spec.Env, Volumes: spec.Volumes, KernelsFD: h.kernels != nil}
 	if r.rootless {
-		cfg.KernelsDir = r.kernels
+		cfg.KernelsDir = kernels
 	}
 	r.templateConfig(tmpl, h, &cfg)
 	for _, l := range spec.Prestart {
@@ -337,6 +346,11 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 	stErr := make(chan error, 1)
 	go func() {
 		st := state{Sandbox: *sb, PID: started.pid, Template: cfg.Template}
+		if ctx.Value(pyBuildCtx{}) != nil {
+			// A kernel driver's build lasts a moment: it must not keep
+			// the template from being removed (TemplateUsers).
+			st.Template = ""
+		}
 		st.StartTime, _ = procStartTime(started.pid)
 		stErr <- writeJSON(filepath.Join(dir, "sandbox.json"), st)
 	}()
@@ -354,6 +368,9 @@ func (r *Runtime) Create(ctx context.Context, spec mcpbox.SandboxSpec) (_ *mcpbo
 		return nil, fail("agent health check", err)
 	}
 	r.log.Debug("sandbox created", "session", spec.ID, "pid", started.pid)
+	if buildDriver {
+		r.startPyDriver(tmpl)
+	}
 	return sb, nil
 }
 

@@ -61,14 +61,22 @@ func (r *Runtime) openHandoff(dir, sockPath string) (*handoff, error) {
 		h.close()
 		return nil, err
 	}
-	if !r.rootless && r.kernels != "" {
-		// A host descriptor cannot be bound from in the sandbox's mount
-		// namespace, but a detached copy can be attached there.
-		if h.kernels, err = mount.Clone(nil, r.kernels, true); err != nil {
-			r.log.Warn("kernels will compile their driver at every start", "err", err)
-		}
-	}
 	return h, nil
+}
+
+// openKernels hands h a read-only copy of dir, the kernel drivers the
+// sandbox gets (kernelsFor), as root. Rootless, PID 1 clones it by its
+// path (initConfig.KernelsDir).
+func (r *Runtime) openKernels(h *handoff, dir string) {
+	if r.rootless || dir == "" {
+		return
+	}
+	// A host descriptor cannot be bound from in the sandbox's mount
+	// namespace, but a detached copy can be attached there.
+	var err error
+	if h.kernels, err = mount.Clone(nil, dir, true); err != nil {
+		r.log.Warn("kernels will compile their driver at every start", "err", err)
+	}
 }
 
 // closeChildEnds releases what only the child needed, once it started.
