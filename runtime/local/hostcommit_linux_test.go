@@ -228,3 +228,44 @@ func hostCommitRootless() error {
 	}
 	return nil
 }
+
+// TestTemplateCommitHostMountPoints: a host-based template's layers lie
+// beneath the host template's skeleton, so none can turn the place the
+// host's /usr or /etc files are bound into a link (the bind would then
+// follow it on the host) or hide the merged-/usr links.
+func TestTemplateCommitHostMountPoints(t *testing.T) {
+	rt := newRuntime(t)
+	s, err := rt.Templates()
+	if err != nil {
+		t.Fatal(err)
+	}
+	upper := t.TempDir()
+	decoy := t.TempDir()
+	for _, err := range []error{
+		os.MkdirAll(filepath.Join(upper, "etc"), 0o755),
+		os.Symlink(decoy, filepath.Join(upper, "etc/ssl")),
+		os.Symlink(decoy, filepath.Join(upper, "usr")),
+		os.MkdirAll(filepath.Join(upper, "lib64"), 0o755),
+		os.MkdirAll(filepath.Join(upper, "workspace"), 0o755),
+		os.WriteFile(filepath.Join(upper, "workspace/kept"), []byte("kept\n"), 0o644),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Commit(context.Background(), "hostcrafted", mcpbox.HostTemplate, upper, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, c := newTemplateSandbox(t, rt, "hostcrafted")
+	out, errOut, res := run(t, c, 20*time.Second, "sh", "-c",
+		`cat /workspace/kept; test -d /etc/ssl -a ! -L /etc/ssl && test -s /etc/ssl/certs/ca-certificates.crt && echo etc-bound
+test -d /usr -a ! -L /usr && python3 -c 'print("usr-bound")'
+test -L /lib64 -o ! -e /lib64 && echo lib64-skeleton`)
+	want := "kept\netc-bound\nusr-bound\nlib64-skeleton\n"
+	if out != want || res.ExitCode != 0 {
+		t.Errorf("sandbox of a crafted host-based template: %q (stderr %q), want %q", out, errOut, want)
+	}
+	if ents, _ := os.ReadDir(decoy); len(ents) != 0 {
+		t.Errorf("something was bound or written through the layer's links: %d entries in %s", len(ents), decoy)
+	}
+}

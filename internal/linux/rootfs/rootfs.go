@@ -12,7 +12,7 @@
 // what it would reveal of the host masked, and a minimal /dev. [Pivot]
 // then makes it the root and detaches the host's. A template's layers
 // (layers_linux.go) go beneath the skeleton, in place of the host's /usr
-// or, for a template based on the host's system, under it.
+// binds or, for a template based on the host's system, along with them.
 //
 // What comes from the host comes as descriptors, not names: the sandbox's
 // PID 1 runs as a uid that has no right to walk to its scratch directory
@@ -45,13 +45,13 @@ type Options struct {
 	// Layers, when not nil, is a detached mount tree (mount.Clone) of a
 	// template's layer store: the root is then the overlay of the
 	// skeleton on LayerNames (directories in it, top first) instead of
-	// the host's /usr. See layers_linux.go.
+	// the host's /usr (unless HostSystem). See layers_linux.go.
 	Layers     *os.File
 	LayerNames []string
-	// HostSystem, with Layers, keeps the host's system under the layers:
-	// the skeleton, the host's /usr and /etc binds are the host
-	// template's, and the layers (a commit of a host-template session)
-	// lie beneath the skeleton instead of being a whole root.
+	// HostSystem, with Layers, keeps the host template's root around the
+	// layers (commits of host-template sessions, no system of their
+	// own): its skeleton on top of them and the host's /usr and /etc
+	// files bound read-only, as in a host-template sandbox.
 	HostSystem bool
 	// Workdir is made, owned by UID, when not "" (a template's working
 	// directory).
