@@ -60,6 +60,10 @@ type Options struct {
 	// WatchInterval is how often File is checked for changes made by
 	// another process (`mcpbox server add` beside a serve); default 2s.
 	WatchInterval time.Duration
+	// WarmSandboxes is how many sandboxes are kept ready for the next
+	// start of servers that started from a template (see keepWarm);
+	// default 1, negative none.
+	WarmSandboxes int
 	Logger        *slog.Logger
 }
 
@@ -96,6 +100,10 @@ type Hosts struct {
 	instances map[string]*instance
 	watchers  map[int]func(Change)
 	nextWatch int
+	// warm releases the manager's pool of each template servers started
+	// from here (see keepWarm); closed forbids new ones.
+	warm   map[string]func()
+	closed bool
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -117,8 +125,11 @@ func New(opts *Options) (*Hosts, error) {
 	if o.WatchInterval <= 0 {
 		o.WatchInterval = 2 * time.Second
 	}
+	if o.WarmSandboxes == 0 {
+		o.WarmSandboxes = 1
+	}
 	h := &Hosts{opts: o, log: o.Logger, mem: map[string]Server{}, instances: map[string]*instance{},
-		watchers: map[int]func(Change){}, stop: make(chan struct{})}
+		watchers: map[int]func(Change){}, warm: map[string]func(){}, stop: make(chan struct{})}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -145,13 +156,83 @@ func (h *Hosts) Close() {
 	h.mu.Lock()
 	list := slices.Collect(maps.Values(h.instances))
 	h.instances = map[string]*instance{}
+	pools := slices.Collect(maps.Values(h.warm))
+	h.warm, h.closed = map[string]func(){}, true
 	h.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, in := range list {
 		wg.Add(1)
 		go func() { defer wg.Done(); in.stop(true) }()
 	}
+	for _, release := range pools {
+		wg.Add(1)
+		go func() { defer wg.Done(); release() }()
+	}
 	wg.Wait()
+}
+
+// Warm sandboxes. A server's start mostly waits on its sandbox's
+// create; once a server has started here from a template, the manager
+// keeps one sandbox of that template ready for the next start (after the
+// server idled out, crashed, or for another owner), made as a hosted
+// server's are: no boot-time kernel, ephemeral. A pooled sandbox cannot
+// take volumes, which are bound at its create: servers with volumes get
+// none. The pool lives until Close, or until no definition starts from
+// its template any more.
+
+// warmRefillDelay holds a pool's refill back after a take: the server
+// starting in the sandbox just taken needs the CPU more.
+const warmRefillDelay = 2 * time.Second
+
+// keepWarm asks the manager to keep a sandbox of template ready.
+func (h *Hosts) keepWarm(template string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed || h.warm[template] != nil || h.opts.WarmSandboxes < 0 {
+		return
+	}
+	release, err := h.opts.Manager.Warm(manager.PoolSpec{Template: template, Size: h.opts.WarmSandboxes, NoKernel: true, Ephemeral: true,
+		RefillDelay: warmRefillDelay})
+	if err != nil {
+		h.log.Warn("hosted servers: keep a sandbox warm", "template", template, "err", err)
+		return
+	}
+	h.warm[template] = release
+}
+
+// pruneWarm releases the pools of templates no definition starts from.
+func (h *Hosts) pruneWarm(defs map[string]Server) {
+	want := map[string]bool{}
+	for _, d := range defs {
+		if t, ok := h.nextTemplate(d); ok {
+			want[t] = true
+		}
+	}
+	h.mu.Lock()
+	var drop []func()
+	for t, release := range h.warm {
+		if !want[t] {
+			drop = append(drop, release)
+			delete(h.warm, t)
+		}
+	}
+	h.mu.Unlock()
+	for _, release := range drop {
+		go release()
+	}
+}
+
+// nextTemplate is the template def's next start makes its sandbox from
+// (its install's cache, once committed), and whether a warm one may
+// serve it.
+func (h *Hosts) nextTemplate(def Server) (string, bool) {
+	if len(def.Volumes) > 0 {
+		return "", false
+	}
+	if len(def.InstallCommands) > 0 && h.opts.Templates != nil && canCache(def.Template) {
+		return cacheTemplate(def), true
+	}
+	return def.Template, true
 }
 
 func (h *Hosts) watch() {
@@ -212,6 +293,9 @@ func (h *Hosts) defs() (map[string]Server, error) {
 			h.stopServer(c.Server)
 		}
 		h.changed(c)
+	}
+	if len(changes) > 0 {
+		h.pruneWarm(defs)
 	}
 	return defs, nil
 }

@@ -305,7 +305,7 @@ func (in *instance) start(ctx context.Context, def Server, onProgress func(Progr
 		vols = append(vols, pv)
 	}
 	// An install already committed as a template is not run again.
-	template, cached, cache := def.Template, false, ""
+	template, cached, cache, committed := def.Template, false, "", false
 	if len(def.InstallCommands) > 0 && h.opts.Templates != nil && canCache(def.Template) {
 		cache = cacheTemplate(def)
 		if h.opts.Templates.Exists(ctx, cache) {
@@ -347,6 +347,7 @@ func (in *instance) start(ctx context.Context, def Server, onProgress func(Progr
 			if err := h.opts.Templates.Commit(ctx, s.ID, cache, func(msg string) { say("%s", msg) }); err != nil {
 				h.log.Warn("hosted server: cache the install as a template", "server", def.Name, "template", cache, "err", err)
 			} else {
+				committed = true
 				say("install commands cached as template %s", cache)
 			}
 		} else if len(def.InstallCommands) > 0 && h.opts.Templates != nil {
@@ -392,6 +393,9 @@ func (in *instance) start(ctx context.Context, def Server, onProgress func(Progr
 	in.tools, in.toolsKey = tools, r.defKey
 	in.mu.Unlock()
 	r.started = time.Now()
+	if next, ok := h.nextTemplate(def); ok && (next == template || committed) {
+		h.keepWarm(next)
+	}
 	h.log.Info("hosted server started", "server", def.Name, "owner", in.owner, "session", s.ID,
 		"protocol", r.cs.InitializeResult().ProtocolVersion, "tools", len(tools), "took", time.Since(begin))
 	return r, nil

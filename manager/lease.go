@@ -3,6 +3,8 @@ package manager
 import (
 	"context"
 	"time"
+
+	"github.com/mcpbox/mcpbox"
 )
 
 // leaderLease is the lease of the one process that maintains a store:
@@ -101,15 +103,28 @@ func (m *Manager) Run(ctx context.Context) {
 // gives up its leases so another process takes over at once. Sessions are
 // left alone: they outlive the process that made them.
 func (m *Manager) Close(ctx context.Context) {
+	// Under mu: a Warm either sees the stop or has its filling counted
+	// in wg before it.
+	m.mu.Lock()
 	select {
 	case <-m.stop:
+		m.mu.Unlock()
 		return
 	default:
 		close(m.stop)
 	}
+	m.mu.Unlock()
 	m.wg.Wait()
 	if m.isLeader() {
 		m.drainPools(ctx)
+	}
+	// The pools of Warm's are this process's whoever maintains.
+	m.mu.Lock()
+	local := m.local
+	m.local = map[string]*pool{}
+	m.mu.Unlock()
+	for _, p := range local {
+		m.drain(ctx, func(r *mcpbox.Session) bool { return m.holds(p, r) })
 	}
 	m.opts.Store.ReleaseLease(ctx, leaderLease, m.holder)
 	m.opts.Store.ReleaseLease(ctx, processLease(m.holder), m.holder)

@@ -123,7 +123,8 @@ type Manager struct {
 
 	mu    sync.Mutex
 	subs  map[chan mcpbox.Event]struct{}
-	pools map[string]*pool
+	pools map[string]*pool // configured; fixed after New
+	local map[string]*pool // Warm's; under mu
 
 	connMu sync.Mutex
 	conns  map[string]*sessionConn // by session id
@@ -167,7 +168,7 @@ func New(ctx context.Context, opts *Options) (*Manager, error) {
 		o.WarmKernel = WarmPython
 	}
 	m := &Manager{opts: o, flavors: maps.Clone(mcpbox.Flavors), holder: o.Holder, pools: map[string]*pool{},
-		conns: map[string]*sessionConn{}, ended: map[string]time.Time{}, subs: map[chan mcpbox.Event]struct{}{},
+		local: map[string]*pool{}, conns: map[string]*sessionConn{}, ended: map[string]time.Time{}, subs: map[chan mcpbox.Event]struct{}{},
 		stop: make(chan struct{})}
 	m.log = o.Logger
 	if m.log == nil {
@@ -351,10 +352,13 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 		s.AutoPause = true
 	}
 	// A warm sandbox has only the configured volumes. The caller's env is
-	// applied to every process the session starts.
-	warmOK := len(req.Volumes) == 0 && !req.Ephemeral && !(req.EnvInSandbox && len(req.Env) > 0)
+	// applied to every process the session starts. Only a pool sandbox
+	// of the create's kind fits (an ephemeral create: one this process
+	// made, which dies with it).
+	kind := kindOf(req)
+	warmOK := len(req.Volumes) == 0 && !(req.EnvInSandbox && len(req.Env) > 0)
 	if warmOK {
-		if warm, err := m.claimWarm(ctx, s); err != nil || warm != nil {
+		if warm, err := m.claimWarm(ctx, s, kind); err != nil || warm != nil {
 			return m.warmed(warm), err
 		}
 	}
@@ -366,7 +370,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 			return nil, err
 		}
 		// At the limit, pools give way to the creates they are there for.
-		warm, rerr := m.roomFromPools(ctx, s, warmOK, err)
+		warm, rerr := m.roomFromPools(ctx, s, kind, warmOK, err)
 		if rerr != nil || warm != nil {
 			return m.warmed(warm), rerr
 		}

@@ -3,6 +3,8 @@ package manager
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/mcpbox/mcpbox"
@@ -98,9 +100,9 @@ func (m *Manager) shell(ctx context.Context, s *mcpbox.Session) string {
 // name: what keeps it from being removed.
 func (m *Manager) TemplateUsers(ctx context.Context, name string) ([]string, error) {
 	var out []string
-	for _, p := range m.pools {
+	for _, p := range append(slices.Collect(maps.Values(m.pools)), m.localPools()...) {
 		if p.spec.Template == name {
-			out = append(out, "the warm pool "+name+"/"+p.spec.Flavor)
+			out = append(out, "the warm pool "+p.name())
 		}
 	}
 	live, err := m.opts.Store.ListSessions(ctx, mcpbox.SessionFilter{States: mcpbox.LiveStates})
