@@ -23,7 +23,11 @@ var Recipes = map[string]Recipe{
 	"node":   {Packages: []string{"nodejs", "npm", "ca-certificates"}},
 	"code-interpreter": {
 		Packages: []string{"python3", "python3-pip", "python3-numpy", "python3-pandas", "python3-matplotlib",
-			"fonts-dejavu-core", "fontconfig", "nodejs", "ca-certificates"},
+			"fonts-dejavu-core", "fontconfig", "nodejs", "ca-certificates",
+			// matplotlib's fonttools needs "python3-scipy | python3-munkres";
+			// apt takes the first, and scipy's pythran brings gcc, g++ and
+			// Boost: some 900 MB the template has no use for.
+			"python3-munkres"},
 		Files: map[string]string{"etc/matplotlibrc": "backend: Agg\n"},
 		// The font caches are made now, so a first plot says nothing on
 		// stderr ("Matplotlib is building the font cache"); the
