@@ -153,3 +153,40 @@ func TestCommitOnTheHostSystem(t *testing.T) {
 		t.Errorf("after removing its parent: %v", err)
 	}
 }
+
+// TestExportImportStoresOnce exports a template and imports the layout
+// into the same store: the layers are found, not stored a second time,
+// and the alias goes when its layer does.
+func TestExportImportStoresOnce(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	s := testStore(t, nil)
+	orig, err := s.FromImage(ctx, "orig", imageOf(t, nil,
+		layerOf(t, dir("etc"), file("etc/a", "a")), layerOf(t, dir("opt"), file("opt/b", "b"))), "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "oci")
+	if _, err := s.Export(ctx, "orig", out, nil); err != nil {
+		t.Fatal(err)
+	}
+	back, err := s.Import(ctx, "back", out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(back.Layers, orig.Layers) {
+		t.Errorf("the import stored its own layers %v, not the exported %v", back.Layers, orig.Layers)
+	}
+	ents, err := os.ReadDir(s.LayersDir())
+	if err != nil || len(ents) != 2 {
+		t.Errorf("layers stored: %d (%v), want 2", len(ents), err)
+	}
+	for _, n := range []string{"orig", "back"} {
+		if err := s.Remove(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(s.dir, "layerinfo", "*")); len(left) != 0 {
+		t.Errorf("left after the layers went: %v", left)
+	}
+}

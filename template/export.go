@@ -58,6 +58,13 @@ func (s *Store) Export(ctx context.Context, name, dir string, progress Progress)
 		if err != nil {
 			return v1.Hash{}, err
 		}
+		diff, err := l.DiffID()
+		if err != nil {
+			return v1.Hash{}, err
+		}
+		if err := s.addAlias(diff.String(), d); err != nil {
+			return v1.Hash{}, fmt.Errorf("export layer %s: %w", short(d), err)
+		}
 		layers = append(layers, l)
 	}
 	img, err := mutate.AppendLayers(empty.Image, layers...)

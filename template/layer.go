@@ -11,6 +11,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"time"
 )
 
@@ -20,10 +22,12 @@ import (
 // names the layer by what it hashes to. lowers are the digests of the
 // layers below it, bottom first. It returns the layer's digest.
 func (s *Store) addLayer(want string, open func() (io.ReadCloser, error), lowers []string, budget *int64) (string, applyStats, error) {
-	if want != "" && s.haveLayer(want) {
-		li, _ := s.layerInfo(want)
-		*budget -= li.Size
-		return want, applyStats{}, nil
+	if want != "" {
+		if d := s.storedAs(want); d != "" {
+			li, _ := s.layerInfo(d)
+			*budget -= li.Size
+			return d, applyStats{}, nil
+		}
 	}
 	tmp, err := s.tmpDir()
 	if err != nil {
@@ -96,4 +100,43 @@ func (s *Store) tmpDir() (string, error) {
 		return "", err
 	}
 	return p, nil
+}
+
+// Export writes a stored layer as a new tar stream, whose digest is not
+// the one the layer is stored by: the original stream's order, times and
+// headers are gone once it is unpacked. Export records each digest it
+// wrote as an alias of the stored layer (layerinfo/<hex>.alias), so that
+// importing the exported image again finds the layers it already has
+// instead of storing them twice.
+
+var digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+func (s *Store) aliasPath(digest string) string {
+	return filepath.Join(s.dir, "layerinfo", strings.TrimPrefix(digest, "sha256:")+".alias")
+}
+
+// storedAs returns the digest layer digest is stored under: itself, or
+// the layer an export wrote it from; "" when it is not stored.
+func (s *Store) storedAs(digest string) string {
+	if s.haveLayer(digest) {
+		return digest
+	}
+	b, err := os.ReadFile(s.aliasPath(digest))
+	if err != nil {
+		return ""
+	}
+	d := strings.TrimSpace(string(b))
+	if !digestPattern.MatchString(d) || !s.haveLayer(d) {
+		return ""
+	}
+	return d
+}
+
+// addAlias records that exported, a tar stream Export wrote, unpacks to
+// stored layer d.
+func (s *Store) addAlias(exported, d string) error {
+	if exported == d || s.haveLayer(exported) {
+		return nil
+	}
+	return writeFile(s.aliasPath(exported), []byte(d+"\n"))
 }

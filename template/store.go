@@ -9,6 +9,7 @@
 //	$MCPBOX_HOME/templates/
 //	  layers/<hex>/        one layer's tree, owned as the sandbox sees it
 //	  layerinfo/<hex>.json its size and the uid base its owners are mapped to
+//	  layerinfo/<hex>.alias the stored layer an exported tar stream <hex> unpacks to
 //	  images/<name>.json   a template: its layers, bottom first, and metadata
 //	  tmp/                 layers being extracted
 //	  lock                 flock: one writer at a time
@@ -452,6 +453,14 @@ func (s *Store) gcLocked() error {
 		os.Remove(filepath.Join(s.dir, "layerinfo", e.Name()+".json"))
 		if err := removeAll(filepath.Join(s.LayersDir(), e.Name())); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	// Aliases of layers gone go with them.
+	aliases, _ := filepath.Glob(filepath.Join(s.dir, "layerinfo", "*.alias"))
+	for _, a := range aliases {
+		b, _ := os.ReadFile(a)
+		if !keep[strings.TrimPrefix(strings.TrimSpace(string(b)), "sha256:")] {
+			os.Remove(a)
 		}
 	}
 	if ents, err := os.ReadDir(filepath.Join(s.dir, "tmp")); err == nil {
