@@ -100,12 +100,14 @@ type pyDrivers struct {
 // the template it must be made of.
 type pyBuildCtx struct{}
 
+// pySourceSum is the driver source's hash, made once.
+var pySourceSum = sync.OnceValue(func() [32]byte { return sha256.Sum256(kernel.PythonSource()) })
+
 // pyDriverKey names t's driver directory: the driver's source, t's layers
 // and, since a template's root may include the host's, the host's tag.
 func (r *Runtime) pyDriverKey(t *mcpbox.Template) string {
 	h := sha256.New()
-	src := sha256.Sum256(kernel.PythonSource())
-	fmt.Fprintf(h, "mcpbox python driver 1\n%x\n%s\n%s\n", src, r.py.hostTag, strings.Join(t.Layers, "\n"))
+	fmt.Fprintf(h, "mcpbox python driver 1\n%x\n%s\n%s\n", pySourceSum(), r.py.hostTag, strings.Join(t.Layers, "\n"))
 	return hex.EncodeToString(h.Sum(nil))
 }
 
@@ -238,6 +240,14 @@ func (r *Runtime) writePyDriver(key, tag string, pyc []byte) error {
 	// Not MkdirAll: a home removed meanwhile (a test's) stays removed.
 	if err := os.Mkdir(parent, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
+	}
+	// What a process that died while writing left, long enough ago not
+	// to be another's write under way.
+	old, _ := filepath.Glob(filepath.Join(parent, ".tmp-*"))
+	for _, p := range old {
+		if fi, err := os.Lstat(p); err == nil && time.Since(fi.ModTime()) > time.Hour {
+			os.RemoveAll(p)
+		}
 	}
 	tmp, err := os.MkdirTemp(parent, ".tmp-")
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -29,7 +30,7 @@ import (
 
 // withFiles is img with one more layer holding files (path: body), each
 // mode 0755 so that a script may stand in for a program.
-func withFiles(t *testing.T, img v1.Image, files map[string]string) v1.Image {
+func withFiles(t testing.TB, img v1.Image, files map[string]string) v1.Image {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -81,7 +82,7 @@ func (l *logBuffer) String() string {
 
 // pyRuntime is a runtime in a test home, logging to log, with img
 // imported as template name.
-func pyRuntime(t *testing.T, name string, img v1.Image, log *logBuffer) (*Runtime, *mcpbox.Template) {
+func pyRuntime(t testing.TB, name string, img v1.Image, log *logBuffer) (*Runtime, *mcpbox.Template) {
 	t.Helper()
 	testutil.RequireRoot(t)
 	r, err := New(&Options{Home: testutil.Home(t), Logger: slog.New(slog.NewTextHandler(log, nil))})
@@ -113,7 +114,7 @@ func pyRuntime(t *testing.T, name string, img v1.Image, log *logBuffer) (*Runtim
 
 // pySandbox creates a sandbox of template tmpl (prestarting Python) and a
 // client of its agent.
-func pySandbox(t *testing.T, r *Runtime, tmpl string) *agentclient.Client {
+func pySandbox(t testing.TB, r *Runtime, tmpl string) *agentclient.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -128,7 +129,7 @@ func pySandbox(t *testing.T, r *Runtime, tmpl string) *agentclient.Client {
 	return c
 }
 
-func pyRun(t *testing.T, c *agentclient.Client, argv ...string) (string, string) {
+func pyRun(t testing.TB, c *agentclient.Client, argv ...string) (string, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -141,7 +142,7 @@ func pyRun(t *testing.T, c *agentclient.Client, argv ...string) (string, string)
 }
 
 // pyExecute runs code in the sandbox's Python kernel and returns its stdout.
-func pyExecute(t *testing.T, c *agentclient.Client, code string) string {
+func pyExecute(t testing.TB, c *agentclient.Client, code string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -158,7 +159,7 @@ func pyExecute(t *testing.T, c *agentclient.Client, code string) string {
 }
 
 // snapshot is every file under dir with a hash of its content.
-func snapshot(t *testing.T, dir string) map[string][32]byte {
+func snapshot(t testing.TB, dir string) map[string][32]byte {
 	t.Helper()
 	out := map[string][32]byte{}
 	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
@@ -263,10 +264,14 @@ func TestPyDriverHostile(t *testing.T) {
 		t.Skip("needs the host's python3")
 	}
 	py := "/usr/bin/" + filepath.Base(real)
+	hostTag := "cpython-" + strings.ReplaceAll(strings.TrimPrefix(filepath.Base(real), "python"), ".", "")
+	// A tag that leads from the new driver directory to the shared
+	// one's bytecode, to overwrite it.
+	escape := "/../../../../kernels/__pycache__/" + kernel.PythonModule + "." + hostTag
 	// $4 is where the build asks for the bytecode.
 	for _, tc := range []struct{ name, script, why string }{
 		{"huge", py + ` -c "open('$4', 'wb').write(b'\x00\x00\r\n\x01' + bytes(4 << 20))"; echo cpython-311`, "larger than"},
-		{"path in the tag", py + ` -c "$2" "$3" "$4" >/dev/null; echo ../../../kernels/x`, "unexpected cache tag"},
+		{"path in the tag", py + ` -c "$2" "$3" "$4" >/dev/null; echo ` + escape, "unexpected cache tag"},
 		{"not bytecode", `echo garbage > "$4"; echo cpython-311`, "no valid header"},
 		{"checked bytecode", py + ` -c "import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2])" "$3" "$4"; echo cpython-311`, "not unchecked hash-based"},
 		{"fails", `echo no >&2; exit 3`, "python3 failed (exit status 3): no"},
@@ -334,6 +339,34 @@ func TestCheckPyc(t *testing.T) {
 			if err := checkPyc(tc.b); (err == nil) != tc.ok {
 				t.Errorf("checkPyc: %v, want ok %v", err, tc.ok)
 			}
+		})
+	}
+}
+
+// BenchmarkPyDriverLoad is what a template's kernel spends getting the
+// driver's code object at start, in a template whose python3 has a tag
+// of its own: compiled from the source, as in the template's first
+// sandbox, or loaded from the bytecode its build made, as in later ones.
+func BenchmarkPyDriverLoad(b *testing.B) {
+	var log logBuffer
+	r, _ := pyRuntime(b, "tagged", withFiles(b, testutil.PythonImage(b), otherTagFiles), &log)
+	load := "import time\nfrom importlib.machinery import SourceFileLoader as L\nl = L('" + kernel.PythonModule + "', '/opt/mcpbox/" +
+		kernel.PythonModule + ".py')\nt = time.perf_counter()\nfor _ in range(100): l.get_code('" + kernel.PythonModule + "')\n" +
+		"print((time.perf_counter() - t) / 100 * 1e6)"
+	for _, bc := range []string{"source", "bytecode"} {
+		c := pySandbox(b, r, "tagged")
+		r.py.wg.Wait() // the first sandbox started the build
+		b.Run(bc, func(b *testing.B) {
+			var us float64
+			for range b.N {
+				out, _ := pyRun(b, c, "python3", "-c", load)
+				v, err := strconv.ParseFloat(strings.TrimSpace(out), 64)
+				if err != nil {
+					b.Fatal(out)
+				}
+				us += v
+			}
+			b.ReportMetric(us/float64(b.N), "µs/load")
 		})
 	}
 }
