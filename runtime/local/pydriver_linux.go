@@ -28,11 +28,11 @@ import (
 // python3 only. A template whose interpreter has another cache tag (an
 // image of python:3.12 on a host with 3.11) finds none there, cannot
 // write one (the directory is read-only), and compiles the driver at
-// every kernel start. So each such template gets a driver directory of
-// its own, $MCPBOX_HOME/template-kernels/<key>, holding the source and
-// the bytecode its own python3 made; its sandboxes get that directory at
-// /opt/mcpbox instead of the shared one, and every other sandbox keeps
-// the shared one.
+// every kernel start. So each template with Python gets a driver
+// directory of its own, $MCPBOX_HOME/template-kernels/<key>, holding the
+// source and the bytecode its own python3 made; its sandboxes get that
+// directory at /opt/mcpbox instead of the shared one, and the host's
+// sandboxes, and those of templates without one yet, keep the shared one.
 //
 // A template's interpreter is code from an image, not to be trusted: its
 // bytecode is only ever loaded by sandboxes of the same layers (the key

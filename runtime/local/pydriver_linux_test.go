@@ -9,10 +9,12 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -90,6 +92,12 @@ func pyRuntime(t testing.TB, name string, img v1.Image, log *logBuffer) (*Runtim
 		t.Fatal(err)
 	}
 	t.Cleanup(r.py.wg.Wait) // no build outlives its test
+	return r, importTemplate(t, r, name, img)
+}
+
+// importTemplate imports img into r's template store as name.
+func importTemplate(t testing.TB, r *Runtime, name string, img v1.Image) *mcpbox.Template {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "oci")
 	p, err := layout.Write(dir, empty.Index)
 	if err != nil {
@@ -109,7 +117,7 @@ func pyRuntime(t testing.TB, name string, img v1.Image, log *logBuffer) (*Runtim
 	if !tm.Has(mcpbox.Python) {
 		t.Fatalf("template %s has no Python: %v", name, tm.Languages)
 	}
-	return r, tm
+	return tm
 }
 
 // pySandbox creates a sandbox of template tmpl (prestarting Python) and a
@@ -189,6 +197,13 @@ var otherTagFiles = map[string]string{
 func TestPyDriverPerTemplate(t *testing.T) {
 	var log logBuffer
 	r, tm := pyRuntime(t, "tagged", withFiles(t, testutil.PythonImage(t), otherTagFiles), &log)
+	checkPerTemplate(t, r, tm, &log)
+}
+
+// checkPerTemplate is TestPyDriverPerTemplate's body, for r with tm
+// imported and nothing else made yet.
+func checkPerTemplate(t *testing.T, r *Runtime, tm *mcpbox.Template, log *logBuffer) {
+	t.Helper()
 	shared := snapshot(t, r.kernels)
 	if len(shared) == 0 {
 		t.Fatal("no shared kernel drivers")
@@ -249,6 +264,52 @@ func TestPyDriverPerTemplate(t *testing.T) {
 	defer hc.Close()
 	if out, _ := pyRun(t, hc, "sh", "-c", "ls /opt/mcpbox/__pycache__; head -c 20 /opt/mcpbox/"+kernel.PythonModule+".py"); strings.Contains(out, otherTag) || strings.Contains(out, "raise") {
 		t.Errorf("a host sandbox sees the template's driver: %q", out)
+	}
+}
+
+// TestPyDriverRootless runs TestPyDriverPerTemplate's checks as an
+// unprivileged user (nobody), where PID 1 clones the driver directory
+// by its path.
+func TestPyDriverRootless(t *testing.T) {
+	if os.Getenv("MCPBOX_PYDRIVER_INNER") != "" {
+		var log logBuffer
+		r, err := New(&Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Rootless() {
+			t.Fatal("not rootless")
+		}
+		t.Cleanup(r.py.wg.Wait)
+		checkPerTemplate(t, r, importTemplate(t, r, "tagged", withFiles(t, testutil.PythonImage(t), otherTagFiles)), &log)
+		return
+	}
+	testutil.RequireRoot(t)
+	dir, err := os.MkdirTemp("", "mcpbox-pydriver-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755)
+	// The test binary sits in a directory only root may enter: copy it out.
+	bin := filepath.Join(dir, "local.test")
+	exe, err := os.ReadFile("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, exe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(dir, "home")
+	os.Mkdir(home, 0o755)
+	os.Chown(home, 65534, 65534)
+	cmd := exec.Command(bin, "-test.run=^TestPyDriverRootless$", "-test.v")
+	cmd.Env = []string{"MCPBOX_PYDRIVER_INNER=1", "MCPBOX_HOME=" + home, "PATH=" + DefaultPath, "HOME=" + home, "TMPDIR=" + home}
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("--- PASS: TestPyDriverRootless")) {
+		t.Fatalf("rootless run failed: %v\n%s", err, out)
 	}
 }
 
