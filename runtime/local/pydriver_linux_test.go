@@ -431,3 +431,68 @@ func BenchmarkPyDriverLoad(b *testing.B) {
 		})
 	}
 }
+
+// TestKernelsFor covers which driver directory a sandbox gets, and when
+// a build is due, without making any sandbox.
+func TestKernelsFor(t *testing.T) {
+	py := &mcpbox.Template{Name: "py", Layers: []string{"sha256:aa", "sha256:bb"}, Languages: []mcpbox.Language{mcpbox.Python}}
+	other := &mcpbox.Template{Name: "py", Layers: []string{"sha256:aa", "sha256:cc"}, Languages: []mcpbox.Language{mcpbox.Python}}
+	node := &mcpbox.Template{Name: "node", Layers: []string{"sha256:dd"}, Languages: []mcpbox.Language{mcpbox.JavaScript}}
+	newRT := func() *Runtime {
+		return &Runtime{home: t.TempDir(), kernels: "/shared",
+			py: pyDrivers{hostTag: "cpython-311", ready: map[string]bool{}, busy: map[string]bool{}, failed: map[string]time.Time{}}}
+	}
+	build := context.WithValue(context.Background(), pyBuildCtx{}, py)
+	for _, tc := range []struct {
+		name    string
+		ctx     context.Context
+		tmpl    *mcpbox.Template
+		prepare func(r *Runtime)
+		want    string // "own" for py's directory
+		build   bool
+		err     bool
+	}{
+		{name: "host", tmpl: nil, want: "/shared"},
+		{name: "no python", tmpl: node, want: "/shared"},
+		{name: "first sandbox", tmpl: py, want: "/shared", build: true},
+		{name: "built", tmpl: py, want: "own", prepare: func(r *Runtime) {
+			d := filepath.Join(r.home, pyDriverDir, r.pyDriverKey(py))
+			os.MkdirAll(d, 0o755)
+			os.WriteFile(filepath.Join(d, kernel.PythonModule+".py"), nil, 0o644)
+		}},
+		{name: "other layers, same name", tmpl: other, want: "/shared", build: true, prepare: func(r *Runtime) {
+			r.py.ready[r.pyDriverKey(py)] = true
+		}},
+		{name: "building", tmpl: py, want: "/shared", prepare: func(r *Runtime) { r.py.busy[r.pyDriverKey(py)] = true }},
+		{name: "failed lately", tmpl: py, want: "/shared", prepare: func(r *Runtime) { r.py.failed[r.pyDriverKey(py)] = time.Now() }},
+		{name: "failed long ago", tmpl: py, want: "/shared", build: true, prepare: func(r *Runtime) {
+			r.py.failed[r.pyDriverKey(py)] = time.Now().Add(-pyRetryAfter - time.Minute)
+		}},
+		{name: "the build's own sandbox", ctx: build, tmpl: py, want: "/shared", prepare: func(r *Runtime) {
+			r.py.ready[r.pyDriverKey(py)] = true
+		}},
+		{name: "a build from a template renamed meanwhile", ctx: build, tmpl: other, err: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRT()
+			if tc.prepare != nil {
+				tc.prepare(r)
+			}
+			ctx := tc.ctx
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			dir, b, err := r.kernelsFor(ctx, tc.tmpl)
+			want := tc.want
+			if want == "own" {
+				want = filepath.Join(r.home, pyDriverDir, r.pyDriverKey(py))
+			}
+			if (err != nil) != tc.err || (err == nil && (dir != want || b != tc.build)) {
+				t.Errorf("kernelsFor = %q, %v, %v; want %q, %v, error %v", dir, b, err, want, tc.build, tc.err)
+			}
+		})
+	}
+	if k1, k2 := newRT().pyDriverKey(py), newRT().pyDriverKey(other); k1 == k2 {
+		t.Error("templates of different layers share a key")
+	}
+}
