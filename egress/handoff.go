@@ -176,8 +176,14 @@ func closeAll(fds []int) {
 // socket: a sandbox may send anything, and anything else is closed.
 func streamSocket(fd int) (net.Conn, error) {
 	typ, err1 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
-	dom, err2 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
-	if err1 != nil || err2 != nil || typ != unix.SOCK_STREAM || (dom != unix.AF_INET && dom != unix.AF_INET6) {
+	// The local address tells the family: SO_DOMAIN is Linux's alone.
+	sa, err2 := unix.Getsockname(fd)
+	inet := false
+	switch sa.(type) {
+	case *unix.SockaddrInet4, *unix.SockaddrInet6:
+		inet = true
+	}
+	if err1 != nil || err2 != nil || typ != unix.SOCK_STREAM || !inet {
 		syscall.Close(fd)
 		return nil, errors.New("egress: the handed descriptor is not a TCP socket")
 	}

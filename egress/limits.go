@@ -49,8 +49,12 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	}
 }
 
-// refuseLater answers c with a refusal in the background, or closes it
-// unanswered when too many refusals are under way.
+// refuseLater answers c with a refusal in the background. When too many
+// refusals are under way it answers at once, without waiting to drain
+// what the client sent: the answer, a few hundred bytes, fits any new
+// socket's buffer, so the write does not block the accept loop, and a
+// client past the limit is still told why (over TCP the close may yet
+// reset it before it reads, as any unread request does).
 func (p *Proxy) refuseLater(c net.Conn, status int, msg string) {
 	select {
 	case p.refusing <- struct{}{}:
@@ -59,7 +63,7 @@ func (p *Proxy) refuseLater(c net.Conn, status int, msg string) {
 			refuseRaw(c, status, msg, 5*time.Millisecond)
 		}()
 	default:
-		c.Close()
+		refuseRaw(c, status, msg, 0)
 	}
 }
 

@@ -4,6 +4,7 @@ package local
 
 import (
 	"context"
+	"net"
 	"runtime"
 
 	"github.com/mcpbox/mcpbox"
@@ -16,7 +17,7 @@ var _ mcpbox.Runtime = (*Runtime)(nil)
 
 func unsupported() error {
 	return mcpbox.Errorf(mcpbox.EUNSUPPORTED, "the local runtime is unsupported on %s", runtime.GOOS).
-		WithSuggestion("run mcpbox on Linux, or use the Kubernetes runtime")
+		WithSuggestion("run mcpbox on Linux")
 }
 
 // New reports that the local runtime needs Linux.
@@ -41,3 +42,6 @@ func (*Runtime) Pause(context.Context, string) error { return unsupported() }
 
 // Resume is unsupported on this platform.
 func (*Runtime) Resume(context.Context, string) error { return unsupported() }
+
+// Dial is unsupported on this platform.
+func (*Runtime) Dial(context.Context, string) (net.Conn, error) { return nil, unsupported() }
