@@ -172,13 +172,15 @@ func (h *Hosts) Close() {
 }
 
 // Warm sandboxes. A server's start mostly waits on its sandbox's
-// create; once a server has started here from a template, the manager
-// keeps one sandbox of that template ready for the next start (after the
-// server idled out, crashed, or for another owner), made as a hosted
-// server's are: no boot-time kernel, ephemeral. A pooled sandbox cannot
-// take volumes, which are bound at its create: servers with volumes get
-// none. The pool lives until Close, or until no definition starts from
-// its template any more.
+// create. Once a server has stopped here (idle, crashed, restarted) while
+// these Hosts go on, it is likely to start again: the manager keeps a
+// sandbox of the template its next start makes one from ready for it
+// (and for any server of that template, any owner), made as a hosted
+// server's are: no boot-time kernel, ephemeral. Hosts made for one call
+// (`mcpbox quick`) stop their server only at Close, so they never keep
+// one. A pooled sandbox cannot take volumes, which are bound at its
+// create: servers with volumes get none. The pool lives until Close, or
+// until no definition starts from its template any more.
 
 // warmRefillDelay holds a pool's refill back after a take: the server
 // starting in the sandbox just taken needs the CPU more.
@@ -198,6 +200,20 @@ func (h *Hosts) keepWarm(template string) {
 		return
 	}
 	h.warm[template] = release
+}
+
+// warmFor keeps a sandbox ready for the next start of server name, if
+// it still exists and may have one.
+func (h *Hosts) warmFor(ctx context.Context, name string) {
+	def, err := h.Server(name)
+	if err != nil {
+		return
+	}
+	t, ok := h.nextTemplate(def)
+	if !ok || (t != def.Template && !h.opts.Templates.Exists(ctx, t)) {
+		return // not cached (yet): the next start makes its sandbox anyway
+	}
+	h.keepWarm(t)
 }
 
 // pruneWarm releases the pools of templates no definition starts from.

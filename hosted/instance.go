@@ -241,6 +241,12 @@ func (in *instance) stopRunning(r *running) {
 	if err := in.h.opts.Manager.Stop(ctx, in.owner, r.sessionID); err != nil && mcpbox.ErrorCode(err) != mcpbox.ESESSION {
 		in.h.log.Warn("stop a hosted server's session", "server", in.name, "session", r.sessionID, "err", err)
 	}
+	in.mu.Lock()
+	gone := in.gone
+	in.mu.Unlock()
+	if !gone {
+		in.h.warmFor(ctx, in.name)
+	}
 }
 
 // ended is told when r's process ended or its stream broke. Unless mcpbox
@@ -305,7 +311,7 @@ func (in *instance) start(ctx context.Context, def Server, onProgress func(Progr
 		vols = append(vols, pv)
 	}
 	// An install already committed as a template is not run again.
-	template, cached, cache, committed := def.Template, false, "", false
+	template, cached, cache := def.Template, false, ""
 	if len(def.InstallCommands) > 0 && h.opts.Templates != nil && canCache(def.Template) {
 		cache = cacheTemplate(def)
 		if h.opts.Templates.Exists(ctx, cache) {
@@ -347,7 +353,6 @@ func (in *instance) start(ctx context.Context, def Server, onProgress func(Progr
 			if err := h.opts.Templates.Commit(ctx, s.ID, cache, func(msg string) { say("%s", msg) }); err != nil {
 				h.log.Warn("hosted server: cache the install as a template", "server", def.Name, "template", cache, "err", err)
 			} else {
-				committed = true
 				say("install commands cached as template %s", cache)
 			}
 		} else if len(def.InstallCommands) > 0 && h.opts.Templates != nil {
@@ -393,9 +398,6 @@ func (in *instance) start(ctx context.Context, def Server, onProgress func(Progr
 	in.tools, in.toolsKey = tools, r.defKey
 	in.mu.Unlock()
 	r.started = time.Now()
-	if next, ok := h.nextTemplate(def); ok && (next == template || committed) {
-		h.keepWarm(next)
-	}
 	h.log.Info("hosted server started", "server", def.Name, "owner", in.owner, "session", s.ID,
 		"protocol", r.cs.InitializeResult().ProtocolVersion, "tools", len(tools), "took", time.Since(begin))
 	return r, nil

@@ -52,10 +52,11 @@ func sessionOf(t *testing.T, m *manager.Manager, owner string) string {
 	return list[0].ID
 }
 
-// Once a server has started, a sandbox of its template waits ready: its
-// next start (after a stop, or for another owner) takes it, as that
-// owner's. A server with volumes takes none. Removing the last server
-// that starts from the template, and Close, destroy the ready one.
+// Once a server has stopped, a sandbox of its template waits ready: its
+// next start (or another owner's) takes it, as that owner's. A server
+// with volumes takes none. Removing the last server that starts from the
+// template, and Close, destroy the ready one; Hosts that only ever
+// stopped their server at Close (one call's) never made one.
 func TestWarmSandbox(t *testing.T) {
 	ctx := context.Background()
 	rt := testutil.NewFakeRuntime()
@@ -83,11 +84,14 @@ func TestWarmSandbox(t *testing.T) {
 		t.Errorf("a pool before any server started: %v", m.PoolStats())
 	}
 	call(t, h, "alice", "py", "count", nil)
+	if len(m.PoolStats()) != 0 {
+		t.Errorf("a pool while the only server runs: %v", m.PoolStats())
+	}
+	h.Stop("alice", "py")
 	waitUntil(t, "a sandbox kept warm", func() bool { return m.PoolStats()[hostedPool] == 1 })
 
 	// The next start takes it.
 	ready := pooled(t, st)
-	h.Stop("alice", "py")
 	if got := call(t, h, "alice", "py", "count", nil); got != "1" {
 		t.Errorf("count after a restart = %s, want a new server's 1", got)
 	}
@@ -134,6 +138,8 @@ func TestWarmSandbox(t *testing.T) {
 	h.Close()
 	h = newH()
 	call(t, h, "alice", "py", "count", nil)
+	h.Stop("alice", "py")
+	call(t, h, "alice", "py", "count", nil)
 	waitUntil(t, "a sandbox kept warm", func() bool { return m.PoolStats()[hostedPool] == 1 })
 	h.Close()
 	if n := len(pooled(t, st)); n != 0 {
@@ -141,6 +147,15 @@ func TestWarmSandbox(t *testing.T) {
 	}
 	if n := rt.Live(); n != 0 {
 		t.Errorf("%d sandboxes live after Close", n)
+	}
+
+	// Hosts for one call: its server stops at Close, and nothing more.
+	created := rt.Created
+	h = newH()
+	call(t, h, "alice", "py", "count", nil)
+	h.Close()
+	if rt.Created != created+1 || rt.Live() != 0 {
+		t.Errorf("one call made %d sandboxes, %d left live; want 1 and none", rt.Created-created, rt.Live())
 	}
 }
 
@@ -151,6 +166,8 @@ func TestWarmSandboxOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	call(t, h, "alice", "py", "count", nil)
+	h.Stop("alice", "py")
+	// A pool is registered before Stop returns: none is, or ever will be.
 	if len(m.PoolStats()) != 0 {
 		t.Errorf("pools with WarmSandboxes -1: %v", m.PoolStats())
 	}
