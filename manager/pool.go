@@ -326,10 +326,10 @@ func (m *Manager) fillOne(ctx context.Context, p *pool) error {
 			m.opts.Runtime.Destroy(context.WithoutCancel(ctx), rec.ID)
 		}
 	case err == nil && p.kind.noKernel:
-		// A new agent's first process start is its slowest by far
-		// (about 15ms against 5): it is done here, with a process that
-		// exits at once, not by the claimer. A template without
-		// /bin/sh only loses that.
+		// A new agent's first process start costs a few times what
+		// later ones do: it is made here, with a process that exits at
+		// once, not by the claimer's server. A template without /bin/sh
+		// only loses that.
 		c := m.newConn(rec.ID)
 		if _, werr := c.client.Run(ctx, agentclient.Command{Cmd: "/bin/sh", Args: []string{"-c", "exit 0"}}, nil, nil); werr != nil {
 			m.log.Debug("warm pool: first process start", "pool", p.name(), "err", werr)
