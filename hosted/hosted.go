@@ -188,18 +188,30 @@ const warmRefillDelay = 2 * time.Second
 
 // keepWarm asks the manager to keep a sandbox of template ready.
 func (h *Hosts) keepWarm(template string) {
+	kept := func() bool {
+		return h.closed || h.warm[template] != nil
+	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed || h.warm[template] != nil || h.opts.WarmSandboxes < 0 {
+	done := kept() || h.opts.WarmSandboxes < 0
+	h.mu.Unlock()
+	if done {
 		return
 	}
+	// Not under mu, which every call takes: Warm reads the template.
 	release, err := h.opts.Manager.Warm(manager.PoolSpec{Template: template, Size: h.opts.WarmSandboxes, NoKernel: true, Ephemeral: true,
 		RefillDelay: warmRefillDelay})
 	if err != nil {
 		h.log.Warn("hosted servers: keep a sandbox warm", "template", template, "err", err)
 		return
 	}
+	h.mu.Lock()
+	if kept() {
+		h.mu.Unlock()
+		release() // closed meanwhile, or kept by another stop
+		return
+	}
 	h.warm[template] = release
+	h.mu.Unlock()
 }
 
 // warmFor keeps a sandbox ready for the next start of server name, if
