@@ -60,8 +60,8 @@ type Options struct {
 	// WatchInterval is how often File is checked for changes made by
 	// another process (`mcpbox server add` beside a serve); default 2s.
 	WatchInterval time.Duration
-	// WarmSandboxes is how many sandboxes are kept ready for the next
-	// start of servers that started from a template (see keepWarm);
+	// WarmSandboxes is how many sandboxes of a template are kept ready
+	// for the next start once a server of it has stopped (see keepWarm);
 	// default 1, negative none.
 	WarmSandboxes int
 	Logger        *slog.Logger
@@ -100,8 +100,8 @@ type Hosts struct {
 	instances map[string]*instance
 	watchers  map[int]func(Change)
 	nextWatch int
-	// warm releases the manager's pool of each template servers started
-	// from here (see keepWarm); closed forbids new ones.
+	// warm releases the manager's pool of each template kept warm for
+	// servers stopped here (see keepWarm); closed forbids new ones.
 	warm   map[string]func()
 	closed bool
 

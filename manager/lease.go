@@ -113,16 +113,17 @@ func (m *Manager) Close(ctx context.Context) {
 	default:
 		close(m.stop)
 	}
+	local := m.local
+	m.local = map[string]*pool{}
 	m.mu.Unlock()
+	for _, p := range local {
+		p.stop() // a sandbox being made for it is not waited for
+	}
 	m.wg.Wait()
 	if m.isLeader() {
 		m.drainPools(ctx)
 	}
 	// The pools of Warm's are this process's whoever maintains.
-	m.mu.Lock()
-	local := m.local
-	m.local = map[string]*pool{}
-	m.mu.Unlock()
 	for _, p := range local {
 		m.drain(ctx, func(r *mcpbox.Session) bool { return m.holds(p, r) })
 	}
