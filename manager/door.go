@@ -124,16 +124,43 @@ func (m *Manager) sandboxGone(ctx context.Context, id string) error {
 			return nil
 		}
 	}
+	died := mcpbox.Errorf(mcpbox.ESESSION, "session %q has ended: its sandbox stopped running (killed or crashed), and its state is lost", id).
+		With("session_id", id).WithSuggestion("create a new session and run the setup code again")
 	s, err := m.opts.Store.GetSession(ctx, id)
-	if err != nil || s.State != mcpbox.SessionRunning {
+	if err != nil {
 		return nil
+	}
+	m.connMu.Lock()
+	first := m.died[id]
+	if first == nil && s.State == mcpbox.SessionRunning {
+		m.died[id] = &death{at: m.opts.Now(), ended: make(chan struct{})}
+	}
+	mine := m.died[id]
+	m.connMu.Unlock()
+	if first != nil {
+		// A call at the same moment found it dead first and is ending
+		// it: this one waits for that, and says the same.
+		select {
+		case <-first.ended:
+		case <-ctx.Done():
+		}
+		return died
+	}
+	if mine == nil {
+		return nil // not running: ended some other way
 	}
 	m.log.Warn("a session's sandbox stopped running; ending the session", "session", id, "owner", s.Owner)
 	if err := m.end(context.WithoutCancel(ctx), s, mcpbox.SessionStopped); err != nil {
 		m.log.Warn("end a session whose sandbox died", "session", id, "err", err)
 	}
-	return mcpbox.Errorf(mcpbox.ESESSION, "session %q has ended: its sandbox stopped running (killed or crashed), and its state is lost", id).
-		With("session_id", id).WithSuggestion("create a new session and run the setup code again")
+	close(mine.ended)
+	return died
+}
+
+// death is a session whose sandbox a call here found dead.
+type death struct {
+	at    time.Time
+	ended chan struct{} // closed once the session has ended
 }
 
 // endedTTL is how long an ended session is remembered against a call
@@ -151,6 +178,11 @@ func (m *Manager) dropConn(id string) {
 	for old, at := range m.ended {
 		if now.Sub(at) > endedTTL {
 			delete(m.ended, old)
+		}
+	}
+	for old, d := range m.died {
+		if now.Sub(d.at) > endedTTL {
+			delete(m.died, old)
 		}
 	}
 	m.ended[id] = now

@@ -132,6 +132,9 @@ type Manager struct {
 	// when: a call that read the record just before the end must not
 	// bring their connection back.
 	ended map[string]time.Time
+	// died holds sessions whose sandbox a call here found dead in the
+	// last endedTTL: calls at the same moment all say so (sandboxGone).
+	died map[string]*death
 
 	leader bool // holds the maintainer lease; under mu
 	stop   chan struct{}
@@ -168,7 +171,7 @@ func New(ctx context.Context, opts *Options) (*Manager, error) {
 		o.WarmKernel = WarmPython
 	}
 	m := &Manager{opts: o, flavors: maps.Clone(mcpbox.Flavors), holder: o.Holder, pools: map[string]*pool{},
-		local: map[string]*pool{}, conns: map[string]*sessionConn{}, ended: map[string]time.Time{}, subs: map[chan mcpbox.Event]struct{}{},
+		local: map[string]*pool{}, conns: map[string]*sessionConn{}, ended: map[string]time.Time{}, died: map[string]*death{}, subs: map[chan mcpbox.Event]struct{}{},
 		stop: make(chan struct{})}
 	m.log = o.Logger
 	if m.log == nil {
