@@ -257,7 +257,7 @@ func (h *Hosts) nextTemplate(def Server) (string, bool) {
 	if len(def.Volumes) > 0 {
 		return "", false
 	}
-	if len(def.InstallCommands) > 0 && h.opts.Templates != nil && canCache(def.Template) {
+	if len(def.InstallCommands) > 0 && h.opts.Templates != nil {
 		return cacheTemplate(def), true
 	}
 	return def.Template, true

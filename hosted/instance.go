@@ -312,7 +312,7 @@ func (in *instance) start(ctx context.Context, def Server, onProgress func(Progr
 	}
 	// An install already committed as a template is not run again.
 	template, cached, cache := def.Template, false, ""
-	if len(def.InstallCommands) > 0 && h.opts.Templates != nil && canCache(def.Template) {
+	if len(def.InstallCommands) > 0 && h.opts.Templates != nil {
 		cache = cacheTemplate(def)
 		if h.opts.Templates.Exists(ctx, cache) {
 			template, cached = cache, true
@@ -355,8 +355,6 @@ func (in *instance) start(ctx context.Context, def Server, onProgress func(Progr
 			} else {
 				say("install commands cached as template %s", cache)
 			}
-		} else if len(def.InstallCommands) > 0 && h.opts.Templates != nil {
-			say("install commands run at every start: a sandbox of the host template cannot be committed; give %s a template to cache them", def.Name)
 		}
 	}
 	say("starting %s", def.Name)
@@ -427,16 +425,6 @@ func (in *instance) startFailure(r *running, what string, ctx context.Context, e
 // shell runs a command line with /bin/sh, which every template has
 // (bash is not in every image).
 func shell(line string) []string { return []string{"/bin/sh", "-c", line} }
-
-// canCache says whether a sandbox of the template can be committed: the
-// host template's system is the host's /usr, which is no layer.
-func canCache(template string) bool {
-	t := template
-	if a, ok := mcpbox.TemplateAliases[t]; ok {
-		t = a
-	}
-	return t != "" && t != mcpbox.HostTemplate
-}
 
 // cacheTemplate names the template an install is cached as: the server's
 // name (made a valid template name) and the hash of what affects the

@@ -100,11 +100,17 @@ func (l localTemplates) Commit(ctx context.Context, id, name string, progress fu
 	return err
 }
 
-// TestInstallCacheInSandbox: a server on a stored template installs once;
-// its next start, in a new sandbox, comes from the committed template,
-// with what the install wrote and without running it again.
+// TestInstallCacheInSandbox: a server on a stored template, or on the
+// host template, installs once; its next start, in a new sandbox, comes
+// from the committed template, with what the install wrote and without
+// running it again.
 func TestInstallCacheInSandbox(t *testing.T) {
 	testutil.RequireRoot(t)
+	t.Run("stored template", func(t *testing.T) { testInstallCache(t, "pyimg") })
+	t.Run("host template", func(t *testing.T) { testInstallCache(t, "") })
+}
+
+func testInstallCache(t *testing.T, template string) {
 	rt, err := local.New(&local.Options{Home: testutil.Home(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +136,7 @@ func TestInstallCacheInSandbox(t *testing.T) {
 		m.StopAll(context.Background())
 	}()
 	def := pyDef(t, "py", map[string]string{"INSTALLS_IN_HOME": "1"})
-	def.Template = "pyimg"
+	def.Template = template
 	// The install counts its runs in $HOME, which the commit keeps.
 	def.InstallCommands = []string{`echo ran >> "$HOME/installs"`}
 	if err := h.Add(def); err != nil {
