@@ -78,7 +78,8 @@ type Templates interface {
 }
 
 // Change says what changed: a server added, removed or redefined (every
-// owner: Owner ""), or one owner's instance's tools.
+// owner: Owner ""), or one owner's instance's catalog (Tools: its tools,
+// prompts or resources).
 type Change struct {
 	Server  string
 	Owner   string
@@ -529,10 +530,10 @@ func (h *Hosts) CachedTools(owner, name string) ([]*mcp.Tool, bool) {
 	in := h.instanceFor(def, owner)
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if in.tools == nil || in.toolsKey != def.runKey() {
+	if in.catalog.Tools == nil || in.toolsKey != def.runKey() {
 		return nil, false
 	}
-	return slices.Clone(in.tools), true
+	return slices.Clone(in.catalog.Tools), true
 }
 
 // Call calls a tool of owner's instance of a server, starting it if
@@ -588,7 +589,7 @@ func (h *Hosts) Open(ctx context.Context, owner, name string, opts *CallOptions)
 func (s *Session) Tools() []*mcp.Tool {
 	s.in.mu.Lock()
 	defer s.in.mu.Unlock()
-	return slices.Clone(s.in.tools)
+	return slices.Clone(s.in.catalog.Tools)
 }
 
 // Call calls a tool on the held server. If it crashed since, it is
@@ -602,21 +603,29 @@ func (s *Session) Call(ctx context.Context, tool string, args any, opts *CallOpt
 	if opts != nil {
 		onProgress = opts.OnProgress
 	}
-	select {
-	case <-s.r.ended:
-		r, err := s.in.acquire(ctx, s.def, onProgress)
-		if err != nil {
-			return nil, err
-		}
-		s.in.release(s.r, false, s.def.Idle())
-		s.r = r
-	default:
+	if err := s.live(ctx, onProgress); err != nil {
+		return nil, err
 	}
 	res, err := s.in.call(ctx, s.r, tool, raw, onProgress)
 	if err == nil {
 		s.ok = true
 	}
 	return res, err
+}
+
+// live starts the held server again if it crashed since.
+func (s *Session) live(ctx context.Context, onProgress func(Progress)) error {
+	select {
+	case <-s.r.ended:
+		r, err := s.in.acquire(ctx, s.def, onProgress)
+		if err != nil {
+			return err
+		}
+		s.in.release(s.r, false, s.def.Idle())
+		s.r = r
+	default:
+	}
+	return nil
 }
 
 // Close lets the server's idle timer run again.

@@ -30,10 +30,6 @@ const (
 	stableRun       = time.Minute
 )
 
-// maxToolPages bounds a paginated tools/list: a server that hands out
-// cursors forever must not hold a start forever.
-const maxToolPages = 100
-
 // instance is one hosted server for one sandbox owner (an owner, or
 // sharedOwner for a shared server). It starts on first use, stays warm
 // until idle, and is started again after a crash.
@@ -49,8 +45,8 @@ type instance struct {
 	users    int // calls in flight
 	lastUsed time.Time
 	idle     *time.Timer
-	tools    []*mcp.Tool // as last listed
-	toolsKey string      // the runKey of the definition that listed them
+	catalog  Catalog // as last listed
+	toolsKey string  // the runKey of the definition that listed it
 	crashes  int
 	lastEnd  time.Time
 	lastWhy  string // how the last crash went, with stderr
@@ -72,6 +68,9 @@ type running struct {
 	progress  sync.Map // progress token → func(Progress)
 	// progressBarrier keeps progress ahead of results (transport.go).
 	progressBarrier *barrier
+	// relisting serialises relists, so that an older listing never
+	// replaces a newer one.
+	relisting sync.Mutex
 }
 
 // Progress is a progress notification: of the install and start (Total
@@ -290,7 +289,8 @@ func (in *instance) ended(r *running, end *manager.ProcessEnd, err error) {
 }
 
 // start makes a sandbox, runs the install commands, starts the server and
-// does the MCP handshake, then lists its tools.
+// does the MCP handshake, then lists its tools (and prompts and
+// resources).
 func (in *instance) start(ctx context.Context, def Server, onProgress func(Progress)) (r *running, err error) {
 	h := in.h
 	step := 0.0
@@ -366,6 +366,12 @@ func (in *instance) start(ctx context.Context, def Server, onProgress func(Progr
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
 			go in.relist(r)
 		},
+		PromptListChangedHandler: func(context.Context, *mcp.PromptListChangedRequest) {
+			go in.relist(r)
+		},
+		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) {
+			go in.relist(r)
+		},
 		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
 			defer r.progressBarrier.done()
 			if f, ok := r.progress.Load(fmt.Sprint(req.Params.ProgressToken)); ok {
@@ -386,18 +392,19 @@ func (in *instance) start(ctx context.Context, def Server, onProgress func(Progr
 		r.proc.Close()
 		return nil, in.startFailure(r, "the MCP handshake failed", hctx, err)
 	}
-	tools, err := listTools(hctx, r.cs)
+	cat, err := in.listCatalog(hctx, r.cs)
 	if err != nil {
 		r.stopping.Store(true)
 		r.cs.Close()
 		return nil, in.startFailure(r, "tools/list failed", hctx, err)
 	}
 	in.mu.Lock()
-	in.tools, in.toolsKey = tools, r.defKey
+	in.catalog, in.toolsKey = cat, r.defKey
 	in.mu.Unlock()
 	r.started = time.Now()
 	h.log.Info("hosted server started", "server", def.Name, "owner", in.owner, "session", s.ID,
-		"protocol", r.cs.InitializeResult().ProtocolVersion, "tools", len(tools), "took", time.Since(begin))
+		"protocol", r.cs.InitializeResult().ProtocolVersion, "tools", len(cat.Tools), "prompts", len(cat.Prompts),
+		"resources", len(cat.Resources), "took", time.Since(begin))
 	return r, nil
 }
 
@@ -472,11 +479,14 @@ func (in *instance) install(ctx context.Context, def Server, id string, say func
 	return nil
 }
 
-// relist lists r's tools again after the server said they changed.
+// relist lists r's tools, prompts and resources again after the server
+// said one of them changed.
 func (in *instance) relist(r *running) {
+	r.relisting.Lock()
+	defer r.relisting.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), in.h.opts.HandshakeTimeout)
 	defer cancel()
-	tools, err := listTools(ctx, r.cs)
+	cat, err := in.listCatalog(ctx, r.cs)
 	if err != nil {
 		in.h.log.Warn("hosted server: list tools after list_changed", "server", in.name, "err", err)
 		return
@@ -486,27 +496,9 @@ func (in *instance) relist(r *running) {
 		in.mu.Unlock()
 		return
 	}
-	in.tools = tools
+	in.catalog = cat
 	in.mu.Unlock()
 	in.h.changed(Change{Server: in.name, Owner: in.owner, Tools: true})
-}
-
-// listTools follows tools/list's cursors.
-func listTools(ctx context.Context, cs *mcp.ClientSession) ([]*mcp.Tool, error) {
-	var out []*mcp.Tool
-	params := &mcp.ListToolsParams{}
-	for range maxToolPages {
-		res, err := cs.ListTools(ctx, params)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, res.Tools...)
-		if res.NextCursor == "" {
-			return out, nil
-		}
-		params = &mcp.ListToolsParams{Cursor: res.NextCursor}
-	}
-	return nil, fmt.Errorf("tools/list went on for more than %d pages", maxToolPages)
 }
 
 // call runs one tool call on r, passing progress through when asked.
@@ -522,22 +514,27 @@ func (in *instance) call(ctx context.Context, r *running, tool string, args json
 	}
 	res, err := r.cs.CallTool(ctx, params)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		var je *jsonrpc.Error
-		if errors.As(err, &je) {
-			return nil, err // the server's own answer
-		}
-		select {
-		case <-r.ended:
-			return nil, mcpbox.Errorf(mcpbox.EUNAVAILABLE, "hosted server %s ended during the call: %s", in.name, r.endWhy).
-				With("server", in.name).WithSuggestion("call it again: the server is restarted")
-		case <-time.After(100 * time.Millisecond):
-		}
-		return nil, err
+		return nil, in.requestErr(ctx, r, err)
 	}
 	return res, nil
+}
+
+// requestErr explains a request to r that got no result.
+func (in *instance) requestErr(ctx context.Context, r *running, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var je *jsonrpc.Error
+	if errors.As(err, &je) {
+		return err // the server's own answer
+	}
+	select {
+	case <-r.ended:
+		return mcpbox.Errorf(mcpbox.EUNAVAILABLE, "hosted server %s ended during the call: %s", in.name, r.endWhy).
+			With("server", in.name).WithSuggestion("call it again: the server is restarted")
+	case <-time.After(100 * time.Millisecond):
+	}
+	return err
 }
 
 func truncate(s string, n int) string {

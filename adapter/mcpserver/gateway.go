@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -12,19 +13,30 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/yosida95/uritemplate/v3"
 
 	"github.com/mcpbox/mcpbox"
 	"github.com/mcpbox/mcpbox/hosted"
 )
 
-// The gateway lists the tools of hosted MCP servers on each owner's MCP
-// server, as server__tool, beside mcpbox's own tools, and forwards calls
-// to the owner's instance of the server (hosted.Hosts) with progress and
-// cancellation passed through. When a server is added, removed or
-// changes its tools, the owner's tool list changes, and go-sdk sends
-// notifications/tools/list_changed to the connected clients. Resources
-// and prompts are not forwarded: tools are what agents call, and each
-// would double the names a client must tell apart.
+// The gateway lists the tools and prompts of hosted MCP servers on each
+// owner's MCP server, as server__tool and server__prompt, beside
+// mcpbox's own tools, and their resources and resource templates under
+// their own URIs. Calls, prompts/get and resources/read go to the
+// owner's instance of the server (hosted.Hosts); calls pass progress
+// and cancellation through. When a server is added, removed or changes
+// its lists, the owner's lists change, and go-sdk sends the matching
+// list_changed notification to the connected clients.
+//
+// Resources keep the server's URIs, unprefixed: the same URIs appear in
+// the servers' tool results and prompts (resource links, embedded
+// resources), and a client reads them back as it got them; a prefix
+// would have to be rewritten into every result. A URI (or URI template)
+// that another server of the owner already lists is skipped with a
+// warning, as a colliding tool name is; templates that merely overlap
+// go to the first that matches. Subscriptions (resources/subscribe) are
+// not forwarded: mcpbox does not advertise them. A read's contents are
+// one message from the sandbox, which package hosted bounds.
 
 // gatewayToolName is what strict clients accept as a tool name.
 var gatewayToolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
@@ -44,23 +56,22 @@ type gateway struct {
 	owners map[string]*gatewayOwner
 }
 
-// gatewayOwner is one owner's view: its MCP server and the hosted tools
-// registered on it.
+// gatewayOwner is one owner's view: its MCP server and the hosted tools,
+// prompts and resources registered on it.
 type gatewayOwner struct {
 	owner string
 	srv   *mcp.Server
 
 	mu sync.Mutex
-	// tools maps each registered gateway name to the server and tool it
-	// forwards to, and byServer lists each server's names.
-	tools    map[string]gatewayTarget
-	byServer map[string][]string
+	// tools and prompts are keyed by gateway name, resources by URI and
+	// templates by URI template.
+	tools, prompts, resources, templates registry
 	// synced closes when the first discovery has ended.
 	synced chan struct{}
 	// syncing serialises syncs per server.
 	syncing map[string]*sync.Mutex
-	// failed holds the servers whose tools could not be listed, by when:
-	// a later tools/list tries them again (at most every retryAfter).
+	// failed holds the servers whose lists could not be had, by when: a
+	// later listing tries them again (at most every retryAfter).
 	failed map[string]time.Time
 }
 
@@ -68,7 +79,57 @@ type gatewayOwner struct {
 // listed (it failed to start, say).
 const retryAfter = 30 * time.Second
 
-type gatewayTarget struct{ server, tool string }
+// gatewayTarget is what a registered name forwards to: a server and
+// its own name of the item (a tool's or prompt's name, a URI).
+type gatewayTarget struct{ server, item string }
+
+// registry is one kind of forwarded item on an owner's server.
+type registry struct {
+	kind     string                   // "tool", "prompt", …: for the log
+	targets  map[string]gatewayTarget // registered name → target
+	byServer map[string][]string      // server → its registered names
+}
+
+func newRegistry(kind string) registry {
+	return registry{kind: kind, targets: map[string]gatewayTarget{}, byServer: map[string][]string{}}
+}
+
+// gatewayEntry is an item a server lists: its registered name, its own
+// name, and where it is in the server's list.
+type gatewayEntry struct {
+	name, item string
+	i          int
+}
+
+// set makes want server's entries. A name another server has, or that
+// comes twice, is skipped with a warning. It returns the names server
+// had and has no more, and the entries kept.
+func (g *gateway) set(o *gatewayOwner, r *registry, server string, want []gatewayEntry) (gone []string, kept []gatewayEntry) {
+	old := r.byServer[server]
+	for _, n := range old {
+		delete(r.targets, n)
+	}
+	var names []string
+	has := map[string]bool{}
+	for _, e := range want {
+		if prev, taken := r.targets[e.name]; taken {
+			g.s.log.Warn("gateway: "+r.kind+" name collision; "+r.kind+" skipped", r.kind, e.name, "server", server, "server_"+r.kind, e.item,
+				"taken_by", prev.server+"/"+prev.item, "owner", o.owner)
+			continue
+		}
+		r.targets[e.name] = gatewayTarget{server: server, item: e.item}
+		names = append(names, e.name)
+		has[e.name] = true
+		kept = append(kept, e)
+	}
+	if len(names) > 0 {
+		r.byServer[server] = names
+	} else {
+		delete(r.byServer, server)
+	}
+	gone = slices.DeleteFunc(slices.Clone(old), func(n string) bool { return has[n] })
+	return gone, kept
+}
 
 func newGateway(s *Server, h *hosted.Hosts) *gateway {
 	g := &gateway{s: s, h: h, owners: map[string]*gatewayOwner{}}
@@ -76,17 +137,32 @@ func newGateway(s *Server, h *hosted.Hosts) *gateway {
 	return g
 }
 
+// capabilities are those of an owner's MCP server: none beyond the
+// inferred ones (tools; no logging: mcpbox logs on the server side)
+// without the gateway; with it, prompts and resources from the start, as
+// a client that saw neither at its initialize would never ask for the
+// hosted servers' that come later. Subscriptions are not forwarded.
+func (g *gateway) capabilities() *mcp.ServerCapabilities {
+	if g == nil {
+		return &mcp.ServerCapabilities{}
+	}
+	return &mcp.ServerCapabilities{Prompts: &mcp.PromptCapabilities{ListChanged: true},
+		Resources: &mcp.ResourceCapabilities{ListChanged: true}}
+}
+
 // attach adds the gateway to owner's new MCP server and starts
 // discovering its hosted tools.
 func (g *gateway) attach(srv *mcp.Server, owner string) {
-	o := &gatewayOwner{owner: owner, srv: srv, tools: map[string]gatewayTarget{}, byServer: map[string][]string{},
+	o := &gatewayOwner{owner: owner, srv: srv, tools: newRegistry("tool"), prompts: newRegistry("prompt"),
+		resources: newRegistry("resource"), templates: newRegistry("resource_template"),
 		synced: make(chan struct{}), syncing: map[string]*sync.Mutex{}, failed: map[string]time.Time{}}
 	g.mu.Lock()
 	g.owners[owner] = o
 	g.mu.Unlock()
 	srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			if method == "tools/list" {
+			switch method {
+			case "tools/list", "prompts/list", "resources/list", "resources/templates/list":
 				wctx, cancel := context.WithTimeout(ctx, discoveryWait)
 				select {
 				case <-o.synced:
@@ -146,8 +222,9 @@ func (g *gateway) retryFailed(o *gatewayOwner) {
 	}
 }
 
-// sync brings owner o's tools of one server up to date: its tools as the
-// server lists them (starting it if needed), or none once it is gone.
+// sync brings owner o's tools, prompts and resources of one server up
+// to date: as the server lists them (starting it if needed), or none
+// once it is gone.
 func (g *gateway) sync(o *gatewayOwner, server string) {
 	o.mu.Lock()
 	lock := o.syncing[server]
@@ -159,12 +236,12 @@ func (g *gateway) sync(o *gatewayOwner, server string) {
 	lock.Lock()
 	defer lock.Unlock()
 
-	var tools []*mcp.Tool
+	var cat hosted.Catalog
 	if _, err := g.h.Server(server); err == nil {
 		var ok bool
-		if tools, ok = g.h.CachedTools(o.owner, server); !ok {
+		if cat, ok = g.h.CachedCatalog(o.owner, server); !ok {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-			tools, err = g.h.Tools(ctx, o.owner, server, nil)
+			cat, err = g.h.Catalog(ctx, o.owner, server, nil)
 			cancel()
 			if err != nil {
 				g.s.log.Warn("gateway: hosted server's tools are not listed", "server", server, "owner", o.owner, "err", err)
@@ -178,37 +255,90 @@ func (g *gateway) sync(o *gatewayOwner, server string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.failed, server)
-	old := o.byServer[server]
-	for _, n := range old {
-		delete(o.tools, n)
-	}
-	delete(o.byServer, server)
-	var add []*mcp.Tool
-	var names []string
-	for _, t := range tools {
-		name := GatewayName(server, t.Name)
-		if prev, taken := o.tools[name]; taken || slices.Contains(names, name) {
-			g.s.log.Warn("gateway: tool name collision; tool skipped", "tool", name, "server", server, "server_tool", t.Name,
-				"taken_by", prev.server+"/"+prev.tool, "owner", o.owner)
-			continue
+	g.registerLocked(o, server, cat)
+}
+
+// registerLocked makes cat what o's server lists of server: its tools
+// and prompts under gateway names, its resources and templates under
+// their own URIs (when valid: go-sdk panics on others). What a sandbox
+// listed may hold nulls, which are skipped. o.mu is held.
+func (g *gateway) registerLocked(o *gatewayOwner, server string, cat hosted.Catalog) {
+	var want []gatewayEntry
+	for i, t := range cat.Tools {
+		if t != nil {
+			want = append(want, gatewayEntry{name: GatewayName(server, t.Name), item: t.Name, i: i})
 		}
-		names = append(names, name)
-		o.tools[name] = gatewayTarget{server: server, tool: t.Name}
-		add = append(add, g.forward(name, server, t))
 	}
-	o.byServer[server] = names
-	if gone := slices.DeleteFunc(slices.Clone(old), func(n string) bool { return slices.Contains(names, n) }); len(gone) > 0 {
+	gone, kept := g.set(o, &o.tools, server, want)
+	if len(gone) > 0 {
 		o.srv.RemoveTools(gone...)
 	}
-	for _, t := range add {
-		o.srv.AddTool(t, g.handler(o.owner, t.Name, server, o.tools[t.Name].tool))
+	for _, e := range kept {
+		o.srv.AddTool(g.forward(e.name, server, cat.Tools[e.i]), g.handler(o.owner, e.name, server, e.item))
+	}
+
+	want = nil
+	for i, p := range cat.Prompts {
+		if p != nil {
+			want = append(want, gatewayEntry{name: GatewayName(server, p.Name), item: p.Name, i: i})
+		}
+	}
+	gone, kept = g.set(o, &o.prompts, server, want)
+	if len(gone) > 0 {
+		o.srv.RemovePrompts(gone...)
+	}
+	for _, e := range kept {
+		o.srv.AddPrompt(forwardPrompt(e.name, server, cat.Prompts[e.i]), g.promptHandler(o.owner, server, e.item))
+	}
+
+	want = nil
+	for i, r := range cat.Resources {
+		if r == nil {
+			continue
+		}
+		if u, err := url.Parse(r.URI); err != nil || u.Scheme == "" {
+			g.s.log.Warn("gateway: resource URI is not absolute; resource skipped", "uri", r.URI, "server", server, "owner", o.owner)
+			continue
+		}
+		want = append(want, gatewayEntry{name: r.URI, item: r.URI, i: i})
+	}
+	gone, kept = g.set(o, &o.resources, server, want)
+	if len(gone) > 0 {
+		o.srv.RemoveResources(gone...)
+	}
+	for _, e := range kept {
+		r := *cat.Resources[e.i]
+		r.Description, r.Meta = strings.TrimSpace("["+server+"] "+r.Description), nil
+		o.srv.AddResource(&r, g.readHandler(o.owner, server))
+	}
+
+	want = nil
+	for i, t := range cat.ResourceTemplates {
+		if t == nil {
+			continue
+		}
+		if _, err := uritemplate.New(t.URITemplate); err != nil {
+			g.s.log.Warn("gateway: resource template is not valid; template skipped", "uri_template", t.URITemplate, "server", server, "owner", o.owner)
+			continue
+		}
+		want = append(want, gatewayEntry{name: t.URITemplate, item: t.URITemplate, i: i})
+	}
+	gone, kept = g.set(o, &o.templates, server, want)
+	if len(gone) > 0 {
+		o.srv.RemoveResourceTemplates(gone...)
+	}
+	for _, e := range kept {
+		t := *cat.ResourceTemplates[e.i]
+		t.Description, t.Meta = strings.TrimSpace("["+server+"] "+t.Description), nil
+		o.srv.AddResourceTemplate(&t, g.readHandler(o.owner, server))
 	}
 }
 
-// GatewayName is server__tool made safe (mcpbox's own tool names have
-// no "__", so only hosted tools can collide) for strict clients: characters
-// outside [a-zA-Z0-9_-] become '_', and a name past 64 characters is cut
-// and ends with a hash of the whole, so that it stays unique.
+// GatewayName is server__tool (or server__prompt) made safe (mcpbox's
+// own tool names have no "__", so only hosted tools can collide) for
+// strict clients: characters outside [a-zA-Z0-9_-] become '_', and a name
+// past 64 characters is cut and ends with a hash of the whole, so that it
+// stays unique.
 func GatewayName(server, tool string) string {
 	full := server + "__" + tool
 	b := []byte(full)
@@ -240,6 +370,34 @@ func (g *gateway) forward(name, server string, t *mcp.Tool) *mcp.Tool {
 	// Meta of the hosted server (its own UI hints) is not ours to pass on.
 	c.Meta = nil
 	return &c
+}
+
+// forwardPrompt is the gateway's copy of a hosted prompt, arguments and
+// all, under the gateway name.
+func forwardPrompt(name, server string, p *mcp.Prompt) *mcp.Prompt {
+	c := *p
+	c.Name = name
+	if c.Title == "" {
+		c.Title = server + ": " + p.Name
+	}
+	c.Description = strings.TrimSpace("[" + server + "] " + p.Description)
+	c.Meta = nil
+	return &c
+}
+
+// promptHandler forwards prompts/get to the server's own prompt.
+func (g *gateway) promptHandler(owner, server, prompt string) mcp.PromptHandler {
+	return func(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		return g.h.GetPrompt(ctx, owner, server, prompt, req.Params.Arguments)
+	}
+}
+
+// readHandler forwards resources/read to the server the resource (or
+// template) came from.
+func (g *gateway) readHandler(owner, server string) mcp.ResourceHandler {
+	return func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		return g.h.ReadResource(ctx, owner, server, req.Params.URI)
+	}
 }
 
 // validObjectSchema reports whether a schema is an object schema, as

@@ -3,6 +3,7 @@ package mcpserver_test
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -241,4 +242,204 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+func promptNames(t *testing.T, cs *mcp.ClientSession) []string {
+	t.Helper()
+	res, err := cs.ListPrompts(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range res.Prompts {
+		names = append(names, p.Name)
+	}
+	return names
+}
+
+func resourceURIs(t *testing.T, cs *mcp.ClientSession) []string {
+	t.Helper()
+	res, err := cs.ListResources(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uris []string
+	for _, r := range res.Resources {
+		uris = append(uris, r.URI)
+	}
+	return uris
+}
+
+func readText(t *testing.T, cs *mcp.ClientSession, uri string) string {
+	t.Helper()
+	res, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: uri})
+	if err != nil {
+		t.Fatalf("read %s: %v", uri, err)
+	}
+	if len(res.Contents) != 1 || res.Contents[0].URI != uri {
+		t.Fatalf("read %s: %+v", uri, res.Contents)
+	}
+	return res.Contents[0].Text
+}
+
+func promptText(t *testing.T, cs *mcp.ClientSession, name string, args map[string]string) string {
+	t.Helper()
+	res, err := cs.GetPrompt(context.Background(), &mcp.GetPromptParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("get %s: %v", name, err)
+	}
+	if len(res.Messages) != 1 {
+		t.Fatalf("get %s: %+v", name, res.Messages)
+	}
+	tc, _ := res.Messages[0].Content.(*mcp.TextContent)
+	if tc == nil {
+		t.Fatalf("get %s: %T", name, res.Messages[0].Content)
+	}
+	return tc.Text
+}
+
+// eventually polls until cond holds, for what arrives with list_changed.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for i := 0; !cond(); i++ {
+		if i == 200 {
+			t.Fatal(what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestGatewayPromptsResources: the hosted servers' prompts are listed as
+// server__prompt and their resources under their own URIs, each server's
+// apart, and both are forwarded to the owner's instance.
+// "other" also lists nulls, a relative URI and a broken template, which
+// are skipped (go-sdk would panic on the last two).
+func TestGatewayPromptsResources(t *testing.T) {
+	e, h := gatewayEnv(t)
+	src, _ := os.ReadFile("../../hosted/testdata/server.py")
+	for name, env := range map[string]map[string]string{"other": {"WHO": "other", "BAD_LISTS": "1"}, "plain": {"WHO": "plain", "TOOLS_ONLY": "1"}} {
+		env["SRC"] = string(src)
+		if err := h.Add(hosted.Server{Name: name, Command: `exec python3 -c "$SRC"`, Env: env}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	promptsChanged := make(chan struct{}, 16)
+	cs := e.connect(t, "alice", &mcp.ClientOptions{PromptListChangedHandler: func(context.Context, *mcp.PromptListChangedRequest) {
+		select {
+		case promptsChanged <- struct{}{}:
+		default:
+		}
+	}})
+	if caps := cs.InitializeResult().Capabilities; caps.Prompts == nil || caps.Resources == nil || caps.Resources.Subscribe {
+		t.Errorf("capabilities: %+v", caps)
+	}
+
+	t.Run("prompts", func(t *testing.T) {
+		res, err := cs.ListPrompts(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byName := map[string]*mcp.Prompt{}
+		for _, p := range res.Prompts {
+			byName[p.Name] = p
+		}
+		p := byName["py__greet"]
+		if p == nil || byName["other__greet"] == nil || len(p.Arguments) != 1 || p.Arguments[0].Name != "whom" || !p.Arguments[0].Required {
+			t.Fatalf("prompts: %v", slices.Collect(maps.Keys(byName)))
+		}
+		if byName["plain__greet"] != nil {
+			t.Error("a server without the prompts capability was asked for its prompts")
+		}
+		if got := promptText(t, cs, "py__greet", map[string]string{"whom": "bob"}); got != "py greets bob with greet" {
+			t.Errorf("py__greet = %q", got)
+		}
+		if got := promptText(t, cs, "other__greet", map[string]string{"whom": "eve"}); got != "other greets eve with greet" {
+			t.Errorf("other__greet = %q", got)
+		}
+		if _, err := cs.GetPrompt(context.Background(), &mcp.GetPromptParams{Name: "py__nope"}); err == nil {
+			t.Error("an unknown prompt was got")
+		}
+	})
+
+	t.Run("resources", func(t *testing.T) {
+		uris := resourceURIs(t, cs)
+		for _, want := range []string{"test://py/who", "test://other/who", "test://static/hello"} {
+			if n := len(slices.DeleteFunc(slices.Clone(uris), func(u string) bool { return u != want })); n != 1 {
+				t.Errorf("%s listed %d times: %v", want, n, uris)
+			}
+		}
+		if slices.Contains(uris, "test://plain/who") {
+			t.Error("a server without the resources capability was asked for its resources")
+		}
+		if got := readText(t, cs, "test://py/who"); got != "py" {
+			t.Errorf("test://py/who = %q", got)
+		}
+		if got := readText(t, cs, "test://other/who"); got != "other" {
+			t.Errorf("test://other/who = %q", got)
+		}
+		// Both servers list it: the one listed first keeps it.
+		if got := readText(t, cs, "test://static/hello"); got != "hello from py" && got != "hello from other" {
+			t.Errorf("test://static/hello = %q", got)
+		}
+		tres, err := cs.ListResourceTemplates(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tmpls []string
+		for _, rt := range tres.ResourceTemplates {
+			tmpls = append(tmpls, rt.URITemplate)
+		}
+		slices.Sort(tmpls)
+		if !slices.Equal(tmpls, []string{"test://other/echo/{text}", "test://py/echo/{text}"}) {
+			t.Errorf("templates: %v", tmpls)
+		}
+		if got := readText(t, cs, "test://other/echo/abc"); got != "abc" {
+			t.Errorf("test://other/echo/abc = %q", got)
+		}
+		for _, uri := range []string{"test://nope/x", "test://plain/who"} {
+			if _, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: uri}); err == nil {
+				t.Errorf("%s was read", uri)
+			}
+		}
+	})
+
+	t.Run("list_changed and owners", func(t *testing.T) {
+		for len(promptsChanged) > 0 {
+			<-promptsChanged
+		}
+		bob := e.connect(t, "bob", nil)
+		if !slices.Contains(promptNames(t, bob), "py__greet") {
+			t.Fatalf("bob's prompts: %v", promptNames(t, bob))
+		}
+		ok(t, cs, "py__add_tool", map[string]any{"name": "fresh", "prompt": true})
+		select {
+		case <-promptsChanged:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no prompts/list_changed after the hosted server's prompts changed")
+		}
+		eventually(t, "the new prompt is not listed", func() bool { return slices.Contains(promptNames(t, cs), "py__fresh") })
+		if got := promptText(t, cs, "py__fresh", nil); got != "py greets nobody with fresh" {
+			t.Errorf("py__fresh = %q", got)
+		}
+		// Bob has his own instance of py, which did not change.
+		if slices.Contains(promptNames(t, bob), "py__fresh") {
+			t.Error("bob sees a prompt of alice's instance")
+		}
+		if _, err := bob.GetPrompt(context.Background(), &mcp.GetPromptParams{Name: "py__fresh"}); err == nil {
+			t.Error("bob got a prompt of alice's instance")
+		}
+		// Removing a server removes its prompts and resources.
+		if err := h.Remove("other"); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "a removed server's prompts and resources are still listed", func() bool {
+			return !slices.Contains(promptNames(t, cs), "other__greet") && !slices.Contains(resourceURIs(t, cs), "test://other/who")
+		})
+		if _, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "test://other/who"}); err == nil {
+			t.Error("a removed server's resource was read")
+		}
+		if !slices.Contains(promptNames(t, cs), "py__greet") || readText(t, cs, "test://py/who") != "py" {
+			t.Error("py's prompts or resources went with other")
+		}
+	})
 }

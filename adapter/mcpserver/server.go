@@ -90,7 +90,7 @@ func (s *Server) For(owner string) *mcp.Server {
 			// what matters, so only its warnings pass.
 			Logger: slog.New(minLevel{s.log.Handler(), slog.LevelWarn}),
 			// No logging capability: mcpbox logs on the server side.
-			Capabilities: &mcp.ServerCapabilities{},
+			Capabilities: s.gw.capabilities(),
 		})
 	srv.AddReceivingMiddleware(rpcErrorData)
 	for _, t := range s.tools() {
