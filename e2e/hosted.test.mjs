@@ -1,6 +1,7 @@
 // The gateway through the MCP TypeScript SDK's client: hosted servers'
 // tools listed with their server's prefix, called, with progress and
-// cancellation, and list_changed when a hosted server's tools change.
+// cancellation, and list_changed when a hosted server's tools change;
+// their prompts and resources forwarded too.
 // hosted_test.go runs this file with node --test, with MCPBOX_URL (a
 // running `mcpbox serve` hosting everything, memory, fs and py),
 // MCPBOX_BIN, MCPBOX_HOME and MCPBOX_CONFIG set.
@@ -84,6 +85,24 @@ for (const [name, make] of Object.entries(transports)) {
       const res = await client.callTool({ name: "everything__echo", arguments: { message: "after cancel" } });
       assert.match(text(res), /after cancel/);
       assert.ok(Date.now() - started < 50000, "the cancelled call did not run its minute");
+    });
+
+    await t.test("forwards a hosted server's prompts and resources", async () => {
+      const { prompts } = await client.listPrompts();
+      const args = prompts.find((p) => p.name === "everything__args-prompt");
+      assert.ok(args?.arguments?.some((a) => a.name === "city" && a.required), `args-prompt in ${prompts.map((p) => p.name)}`);
+      const got = await client.getPrompt({ name: "everything__args-prompt", arguments: { city: "Paris" } });
+      assert.match(got.messages[0].content.text, /Paris/);
+      const { resources } = await client.listResources();
+      const doc = resources.find((r) => r.uri === "demo://resource/static/document/features.md");
+      assert.ok(doc, `features.md in ${resources.map((r) => r.uri)}`);
+      const read = await client.readResource({ uri: doc.uri });
+      assert.equal(read.contents[0].uri, doc.uri);
+      assert.ok(read.contents[0].text.length > 0, "the document's text");
+      const { resourceTemplates } = await client.listResourceTemplates();
+      assert.ok(resourceTemplates.some((x) => x.uriTemplate === "demo://resource/dynamic/text/{resourceId}"));
+      const dyn = await client.readResource({ uri: "demo://resource/dynamic/text/1" });
+      assert.match(dyn.contents[0].text, /Resource 1/);
     });
 
     await t.test("hears list_changed when a hosted server's tools change", async () => {
