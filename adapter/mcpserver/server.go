@@ -40,7 +40,8 @@ type Options struct {
 	// the error code ("" for success) and how long it took. Metrics use it.
 	OnCall func(tool, code string, d time.Duration)
 	// Hosted, when set, turns the gateway on: the hosted MCP servers'
-	// tools are listed beside mcpbox's as server__tool (gateway.go).
+	// tools are listed beside mcpbox's as server__tool, with their
+	// prompts and resources (gateway.go).
 	Hosted *hosted.Hosts
 	Logger *slog.Logger
 }

@@ -90,8 +90,8 @@ type Config struct {
 	// ServersFile holds the hosted MCP server definitions (e2b-mcp's
 	// servers.json format); default servers.json beside the config file.
 	ServersFile string `yaml:"servers_file" env:"MCPBOX_SERVERS_FILE"`
-	// Gateway lists the hosted servers' tools on mcpbox's own MCP
-	// endpoint as server__tool; false turns that off.
+	// Gateway lists the hosted servers' tools (server__tool), prompts
+	// and resources on mcpbox's own MCP endpoint; false turns that off.
 	Gateway bool `yaml:"gateway" env:"MCPBOX_GATEWAY"`
 }
 
