@@ -16,7 +16,8 @@
 //	      placed in its cgroups, so it also means "go"
 //	fd 5  the readiness report: {"ok":true} or {"error":"<step>: <cause>"}
 //	fd 6  as root, when the config says so: the kernel drivers, a detached
-//	      read-only copy of $MCPBOX_HOME/kernels (open_tree) to attach
+//	      read-only copy of $MCPBOX_HOME/kernels (open_tree) to attach, or
+//	      of the template's own, template-kernels/<key> (pydriver_linux.go)
 //
 // The child (InitMain, PID 1 of the new pid namespace) closes any other
 // descriptor it inherited, builds the sandbox root — a size-limited tmpfs
@@ -55,9 +56,10 @@
 //	$MCPBOX_HOME/sessions/<id>/agent.sock     the agent's socket
 //	$MCPBOX_HOME/sessions/<id>/sandbox.json   what Destroy and List need after a restart
 //	$MCPBOX_HOME/sessions/<id>/agent.log      the agent's stderr
+//	$MCPBOX_HOME/template-kernels/<key>/      a template's own compiled Python driver
 //
 // Everything under $MCPBOX_HOME is private to its owner: directories
-// 0700, files 0600. The one exception is kernels/, the kernel drivers
+// 0700, files 0600. The exceptions are kernels/ and template-kernels/<key>, the kernel drivers
 // (public code, the same bytes as in the binary) that every sandbox's
 // user reads through its read-only copy; the home's own 0700 keeps other
 // host users out of it. Inside its own mount namespace the sandbox
