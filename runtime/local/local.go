@@ -59,10 +59,10 @@
 //	$MCPBOX_HOME/template-kernels/<key>/      a template's own compiled Python driver
 //
 // Everything under $MCPBOX_HOME is private to its owner: directories
-// 0700, files 0600. The exceptions are kernels/ and template-kernels/<key>, the kernel drivers
-// (public code, the same bytes as in the binary) that every sandbox's
-// user reads through its read-only copy; the home's own 0700 keeps other
-// host users out of it. Inside its own mount namespace the sandbox
+// 0700, files 0600. The exceptions are kernels/ and
+// template-kernels/<key>, the kernel drivers (public code, compiled) that
+// a sandbox's user reads through its read-only copy; the home's own 0700
+// keeps other host users out of them. Inside its own mount namespace the sandbox
 // attaches its tmpfs over sessions/<id>: the host keeps seeing the files
 // above.
 //
