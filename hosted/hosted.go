@@ -64,7 +64,13 @@ type Options struct {
 	// for the next start once a server of it has stopped (see keepWarm);
 	// default 1, negative none.
 	WarmSandboxes int
-	Logger        *slog.Logger
+	// WarmAtStart keeps those sandboxes ready from the start, for every
+	// server defined (and every one added later) whose next start can
+	// take one, not only once a server has stopped: a long-running
+	// process (serve, mcp) then answers a server's first call as fast
+	// as a restart's. Hosts made for one call leave it off.
+	WarmAtStart bool
+	Logger      *slog.Logger
 }
 
 // Templates is what install caching needs of the templates on this
@@ -143,6 +149,13 @@ func New(opts *Options) (*Hosts, error) {
 		}
 		h.wg.Add(1)
 		go h.watch()
+	}
+	if o.WarmAtStart {
+		if defs, err := h.defs(); err == nil {
+			for name := range defs {
+				go h.warmFor(context.Background(), name)
+			}
+		}
 	}
 	return h, nil
 }
@@ -325,6 +338,13 @@ func (h *Hosts) defs() (map[string]Server, error) {
 	}
 	if len(changes) > 0 {
 		h.pruneWarm(defs)
+	}
+	if h.opts.WarmAtStart {
+		for _, c := range changes {
+			if !c.Removed {
+				go h.warmFor(context.Background(), c.Server)
+			}
+		}
 	}
 	return defs, nil
 }

@@ -3,6 +3,7 @@ package hosted_test
 import (
 	"context"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -171,4 +172,47 @@ func TestWarmSandboxOff(t *testing.T) {
 	if len(m.PoolStats()) != 0 {
 		t.Errorf("pools with WarmSandboxes -1: %v", m.PoolStats())
 	}
+}
+
+// With WarmAtStart, a sandbox waits ready for a server before it ever
+// ran, and for one added later; its first start takes it.
+func TestWarmAtStart(t *testing.T) {
+	ctx := context.Background()
+	st := memstore.New()
+	cat := &catalog{names: map[string]bool{"tools": true}}
+	m, err := manager.New(ctx, &manager.Options{Runtime: testutil.NewFakeRuntime(), Store: st, Templates: cat,
+		WarmKernel: func(context.Context, http.RoundTripper) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(ctx)
+	file := filepath.Join(t.TempDir(), "servers.json")
+	h0, err := hosted.New(&hosted.Options{Manager: m, File: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h0.Add(pyDef(t, "py", nil)); err != nil {
+		t.Fatal(err)
+	}
+	h0.Close()
+
+	h, err := hosted.New(&hosted.Options{Manager: m, File: file, Templates: cat, WarmAtStart: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	waitUntil(t, "a sandbox warm before the first call", func() bool { return m.PoolStats()[hostedPool] == 1 })
+	ready := pooled(t, st)
+	call(t, h, "alice", "py", "count", nil)
+	if id := sessionOf(t, m, "alice"); !slices.Contains(ready, id) {
+		t.Errorf("the first start made %s instead of taking the warm %v", id, ready)
+	}
+
+	// A server added later, of another template, gets one of its own.
+	other := pyDef(t, "other", nil)
+	other.Template = "tools"
+	if err := h.Add(other); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "a sandbox warm for the server added", func() bool { return m.PoolStats()["tools/small/ephemeral+no-kernel"] == 1 })
 }

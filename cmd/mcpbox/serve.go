@@ -152,7 +152,9 @@ func (m *Main) open(ctx context.Context, c config.Config, log *slog.Logger, so s
 	}
 	var gateway *hosted.Hosts
 	if so.maintain {
-		if s.hosted, err = hosted.New(&hosted.Options{Manager: s.mgr, File: c.ServersFile, Logger: log, Templates: hostedTemplates{rt}}); err != nil {
+		// A long-running process keeps a sandbox ready for each hosted
+		// server's first start.
+		if s.hosted, err = hosted.New(&hosted.Options{Manager: s.mgr, File: c.ServersFile, Logger: log, Templates: hostedTemplates{rt}, WarmAtStart: true}); err != nil {
 			s.close()
 			return nil, err
 		}
