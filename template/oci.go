@@ -273,7 +273,7 @@ func (s *Store) fromImage(ctx context.Context, name string, img v1.Image, source
 			return nil, mcpbox.Errorf(mcpbox.EINVALID, "layer %d: %v", i+1, err)
 		}
 		want := diff.String()
-		if s.haveLayer(want) {
+		if s.storedAs(want) != "" {
 			progress.say("layer %d/%d %s: already stored", i+1, len(layers), short(want))
 		} else {
 			size, _ := l.Size()
