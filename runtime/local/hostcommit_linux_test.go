@@ -5,12 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -142,37 +140,7 @@ func TestTemplateCommitHostRootless(t *testing.T) {
 		}
 		return
 	}
-	testutil.RequireRoot(t)
-	dir, err := os.MkdirTemp("", "mcpbox-hostcommit-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	os.Chmod(dir, 0o755)
-	// The test binary sits in a directory only root may enter: copy it out.
-	bin := filepath.Join(dir, "local.test")
-	src, err := os.Open("/proc/self/exe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(dst, src)
-	src.Close()
-	dst.Close()
-	home := filepath.Join(dir, "home")
-	os.Mkdir(home, 0o755)
-	os.Chown(home, 65534, 65534)
-	cmd := exec.Command(bin, "-test.run=^TestTemplateCommitHostRootless$", "-test.v")
-	cmd.Env = []string{"MCPBOX_HOSTCOMMIT_INNER=1", "MCPBOX_HOME=" + home, "PATH=" + local.DefaultPath, "HOME=" + home, "TMPDIR=" + home}
-	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
-	out, err := cmd.CombinedOutput()
-	if err != nil || !bytes.Contains(out, []byte("--- PASS: TestTemplateCommitHostRootless")) {
-		t.Fatalf("rootless run failed: %v\n%s", err, out)
-	}
+	testutil.AsNobody(t, "TestTemplateCommitHostRootless", "MCPBOX_HOSTCOMMIT_INNER=1", "PATH="+local.DefaultPath)
 }
 
 // hostCommitRootless is the unprivileged half of

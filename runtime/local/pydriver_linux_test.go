@@ -9,12 +9,10 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -284,33 +282,7 @@ func TestPyDriverRootless(t *testing.T) {
 		checkPerTemplate(t, r, importTemplate(t, r, "tagged", withFiles(t, testutil.PythonImage(t), otherTagFiles)), &log)
 		return
 	}
-	testutil.RequireRoot(t)
-	dir, err := os.MkdirTemp("", "mcpbox-pydriver-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	os.Chmod(dir, 0o755)
-	// The test binary sits in a directory only root may enter: copy it out.
-	bin := filepath.Join(dir, "local.test")
-	exe, err := os.ReadFile("/proc/self/exe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, exe, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	home := filepath.Join(dir, "home")
-	os.Mkdir(home, 0o755)
-	os.Chown(home, 65534, 65534)
-	cmd := exec.Command(bin, "-test.run=^TestPyDriverRootless$", "-test.v")
-	cmd.Env = []string{"MCPBOX_PYDRIVER_INNER=1", "MCPBOX_HOME=" + home, "PATH=" + DefaultPath, "HOME=" + home, "TMPDIR=" + home}
-	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
-	out, err := cmd.CombinedOutput()
-	if err != nil || !bytes.Contains(out, []byte("--- PASS: TestPyDriverRootless")) {
-		t.Fatalf("rootless run failed: %v\n%s", err, out)
-	}
+	testutil.AsNobody(t, "TestPyDriverRootless", "MCPBOX_PYDRIVER_INNER=1", "PATH="+DefaultPath)
 }
 
 // TestPyDriverHostile: a template's python3 that hands back something
