@@ -17,7 +17,10 @@ const ChildOOMScoreAdj = 1000
 // a child inherits the agent's low score, and raising a score needs no
 // privilege. It does nothing once the child has been reaped, when its pid
 // may already be another's. The child runs at the inherited score until
-// the write; whatever it forks before then keeps that score.
+// the write; whatever it forks before then keeps that score. That grants
+// nothing: a child may lower its own score to the agent's anyway (the
+// floor a privileged write sets is inherited). Closing the window would
+// take a trampoline exec before every process, which costs milliseconds.
 func SetOOMScoreAdj(c *Child, score int) error {
 	select {
 	case <-c.done:

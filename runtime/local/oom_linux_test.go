@@ -38,15 +38,24 @@ func TestOOMScores(t *testing.T) {
 	if hasCapSysResource(t) && agent != -999 {
 		t.Errorf("agent's oom_score_adj = %d, want -999", agent)
 	}
-	if out, _ := mustSh(t, c, "cat /proc/self/oom_score_adj"); out != "1000\n" || agent >= 1000 {
+	// The agent raises a process's score right after starting it and
+	// before it reports the start; stdin is fed only after that report,
+	// so the cat that sh forks once it reads a line forks after the raise.
+	// (A process that forks before the raise keeps the agent's score for
+	// that child; reaper.SetOOMScoreAdj says why that is accepted.)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var score strings.Builder
+	if _, err := c.Run(ctx, agentclient.Command{Cmd: "/bin/sh", Args: []string{"-c", "read go; cat /proc/self/oom_score_adj"}, Stdin: strings.NewReader("go\n")}, &score, &score); err != nil {
+		t.Fatal(err)
+	}
+	if out := score.String(); out != "1000\n" || agent >= 1000 {
 		t.Errorf("a user process's oom_score_adj = %q, the agent's %d; want 1000, above the agent's", out, agent)
 	}
 	line := fmt.Sprintf("echo %d >/proc/self/oom_score_adj", agent-1)
 	if out, code := mustSh(t, c, line); code == 0 {
 		t.Errorf("user code went below the agent (%d): %q succeeded: %q", agent, line, out)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	var got strings.Builder
 	err = c.Execute(ctx, agentclient.ExecuteRequest{Code: "open('/proc/self/oom_score_adj').read().strip()"}, func(ev mcpbox.CodeEvent) {
 		got.WriteString(ev.Type + ":" + ev.Text + string(ev.Value) + " ")
