@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -458,4 +459,42 @@ func BenchmarkNewDelete(b *testing.B) {
 		}
 	}
 	timings.Report(b)
+}
+
+// TestLimitWriteUnderSignals writes a group's memory limit while its
+// thread is flooded with signals, as Go's preemption does under load. A
+// v1 memory limit write fails with EINTR when a signal is pending as it
+// starts; the write must be retried, not reported.
+func TestLimitWriteUnderSignals(t *testing.T) {
+	g := newGroup(t, Limits{MemoryBytes: 64 << 20})
+	d, ok := g.carrier("memory")
+	if !ok {
+		t.Skip("skipped: no hierarchy on this host carries memory")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	pid, tid := unix.Getpid(), unix.Gettid()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				// SIGURG is the runtime's own preemption signal: it is
+				// handled and ignored, wherever it lands.
+				unix.Tgkill(pid, tid, unix.SIGURG)
+			}
+		}
+	}()
+	limit := "memory.limit_in_bytes"
+	if d.v2 {
+		limit = "memory.max"
+	}
+	for i := range 3000 {
+		if err := writeInt(filepath.Join(d.path, limit), 64<<20); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
 }

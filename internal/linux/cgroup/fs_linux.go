@@ -19,14 +19,35 @@ import (
 // os.File: a cgroup write is open, write, close, and os.OpenFile adds a
 // failing epoll registration and a finalizer to each. Errors are
 // *fs.PathError naming the step and the path, behind the "cgroup: " prefix.
+//
+// Unlike os.File they must retry EINTR themselves. It is common: Go
+// preempts goroutines with signals, and a v1 memory limit write fails
+// with EINTR whenever a signal is pending as it starts.
+
+// retryEINTR calls f until it fails with something other than EINTR.
+func retryEINTR(f func() error) error {
+	for {
+		if err := f(); err != unix.EINTR {
+			return err
+		}
+	}
+}
 
 // writeFile writes data to an existing cgroup file.
 func writeFile(path, data string) error {
-	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	var fd int
+	err := retryEINTR(func() (err error) {
+		fd, err = unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		return err
+	})
 	if err != nil {
 		return pathError("open", path, err)
 	}
-	_, err = unix.Write(fd, []byte(data))
+	// A cgroup file takes a value in one write, or refuses it whole.
+	err = retryEINTR(func() error {
+		_, err := unix.Write(fd, []byte(data))
+		return err
+	})
 	unix.Close(fd)
 	if err != nil {
 		return pathError("write", path, err)
@@ -38,7 +59,7 @@ func writeInt(path string, v int64) error { return writeFile(path, strconv.Forma
 
 // mkdir creates one cgroup directory.
 func mkdir(path string) error {
-	if err := unix.Mkdir(path, 0o755); err != nil {
+	if err := retryEINTR(func() error { return unix.Mkdir(path, 0o755) }); err != nil {
 		return pathError("mkdir", path, err)
 	}
 	return nil
@@ -51,7 +72,7 @@ func mkdir(path string) error {
 func rmdir(path string) error {
 	delay := 10 * time.Millisecond
 	for attempt := 0; ; attempt++ {
-		err := unix.Rmdir(path)
+		err := retryEINTR(func() error { return unix.Rmdir(path) })
 		switch {
 		case err == nil || err == unix.ENOENT:
 			return nil
