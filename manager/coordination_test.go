@@ -421,3 +421,47 @@ func TestStopAllLeavesOthers(t *testing.T) {
 		t.Errorf("the other process's session is %s, %d sandboxes left", s.State, rt.Live())
 	}
 }
+
+// heldLease is a store whose lease calls, once armed, wait until release
+// is closed, ignoring their context.
+type heldLease struct {
+	mcpbox.Store
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (h *heldLease) AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (bool, error) {
+	if h.armed.Load() {
+		h.once.Do(func() { close(h.entered) })
+		<-h.release
+	}
+	return h.Store.AcquireLease(ctx, name, holder, ttl)
+}
+
+// TestCloseWaitsForRun: once Close returns, Run has returned too, so
+// nothing of the manager uses the store that its owner closes next.
+func TestCloseWaitsForRun(t *testing.T) {
+	st := &heldLease{Store: memstore.New(), entered: make(chan struct{}), release: make(chan struct{})}
+	ms, _ := shared(t, st, 1, manager.Options{})
+	m := ms[0]
+	st.armed.Store(true)
+	ran := make(chan struct{})
+	go func() { m.Run(context.Background()); close(ran) }()
+	<-st.entered
+	closed := make(chan struct{})
+	go func() { m.Close(context.Background()); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while Run was still in the store")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(st.release)
+	<-closed
+	select {
+	case <-ran:
+	default:
+		t.Error("Run still running after Close returned")
+	}
+}

@@ -34,8 +34,20 @@ const reapEvery = 5 * time.Second
 // processes whose lease expired left behind, reaps sessions past their
 // deadline and keeps the pools filled. Every process sharing a store runs
 // it; one at a time maintains, and another takes over within LeaseTTL of
-// its death.
+// its death. Close waits for it to return.
 func (m *Manager) Run(ctx context.Context) {
+	// Under mu, as Warm: Close either sees this Run in wg, or Run sees
+	// the stop and does nothing.
+	m.mu.Lock()
+	select {
+	case <-m.stop:
+		m.mu.Unlock()
+		return
+	default:
+		m.wg.Add(1)
+	}
+	m.mu.Unlock()
+	defer m.wg.Done()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -99,9 +111,10 @@ func (m *Manager) Run(ctx context.Context) {
 	}
 }
 
-// Close stops Run, destroys the pool sandboxes this process made, and
-// gives up its leases so another process takes over at once. Sessions are
-// left alone: they outlive the process that made them.
+// Close stops Run and waits for it to return, destroys the pool sandboxes
+// this process made, and gives up its leases so another process takes
+// over at once. Sessions are left alone: they outlive the process that
+// made them.
 func (m *Manager) Close(ctx context.Context) {
 	// Under mu: a Warm either sees the stop or has its filling counted
 	// in wg before it.
