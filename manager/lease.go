@@ -39,13 +39,11 @@ func (m *Manager) Run(ctx context.Context) {
 	// Under mu, as Warm: Close either sees this Run in wg, or Run sees
 	// the stop and does nothing.
 	m.mu.Lock()
-	select {
-	case <-m.stop:
+	if m.closedLocked() {
 		m.mu.Unlock()
 		return
-	default:
-		m.wg.Add(1)
 	}
+	m.wg.Add(1)
 	m.mu.Unlock()
 	defer m.wg.Done()
 	ctx, cancel := context.WithCancel(ctx)
@@ -119,13 +117,11 @@ func (m *Manager) Close(ctx context.Context) {
 	// Under mu: a Warm either sees the stop or has its filling counted
 	// in wg before it.
 	m.mu.Lock()
-	select {
-	case <-m.stop:
+	if m.closedLocked() {
 		m.mu.Unlock()
 		return
-	default:
-		close(m.stop)
 	}
+	close(m.stop)
 	local := m.local
 	m.local = map[string]*pool{}
 	m.mu.Unlock()
@@ -147,4 +143,15 @@ func (m *Manager) Close(ctx context.Context) {
 		c.transport.CloseIdleConnections()
 	}
 	m.connMu.Unlock()
+}
+
+// closedLocked reports whether Close has begun. Callers hold mu, so that
+// what they add to wg after it said no is waited for by Close.
+func (m *Manager) closedLocked() bool {
+	select {
+	case <-m.stop:
+		return true
+	default:
+		return false
+	}
 }

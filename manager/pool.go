@@ -150,11 +150,9 @@ func (m *Manager) Warm(spec PoolSpec) (release func(), err error) {
 	}
 	key := poolKey(p.spec.Template, p.spec.Flavor, p.kind)
 	m.mu.Lock()
-	select {
-	case <-m.stop:
+	if m.closedLocked() {
 		m.mu.Unlock()
 		return nil, mcpbox.Errorf(mcpbox.EUNAVAILABLE, "the manager is closed")
-	default:
 	}
 	if cur := m.local[key]; cur != nil {
 		p = cur
