@@ -140,21 +140,25 @@ func New(opts *Options) (*Hosts, error) {
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
+	var defs map[string]Server
+	var err error
 	if o.File != "" {
 		h.file = &file{path: o.File}
-		if _, err := h.defs(); err != nil {
+		if defs, err = h.defs(); err != nil {
 			// A broken file is reported at every use, not fatal here:
 			// `server config --edit` must still be able to fix it.
 			h.log.Error("hosted servers file", "file", o.File, "err", err)
 		}
 		h.wg.Add(1)
 		go h.watch()
+	} else if o.WarmAtStart {
+		// Later loads are compared with this first one, so servers
+		// added from now on are kept warm too.
+		defs, err = h.defs()
 	}
-	if o.WarmAtStart {
-		if defs, err := h.defs(); err == nil {
-			for name := range defs {
-				go h.warmFor(context.Background(), name)
-			}
+	if o.WarmAtStart && err == nil {
+		for name := range defs {
+			go h.warmFor(context.Background(), name)
 		}
 	}
 	return h, nil
