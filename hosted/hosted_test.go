@@ -86,6 +86,24 @@ func call(t testing.TB, h *hosted.Hosts, owner, server, tool string, args any) s
 	return text(t, res)
 }
 
+// TestListChangedDuringHandshake: a server may say its tools changed
+// before the handshake is over, when there is no session to list them on
+// yet. The listing waits for the start (which lists them itself), and
+// the server works.
+func TestListChangedDuringHandshake(t *testing.T) {
+	h, _ := newHosts(t, hosted.Options{})
+	if err := h.Add(pyDef(t, "py", map[string]string{"EARLY_LIST_CHANGED": "1"})); err != nil {
+		t.Fatal(err)
+	}
+	tools, err := h.Tools(context.Background(), "alice", "py", nil)
+	if err != nil || len(tools) != 8 {
+		t.Fatalf("tools: %d, %v", len(tools), err)
+	}
+	if got := call(t, h, "alice", "py", "echo", map[string]any{"x": "hi"}); got != `{"x": "hi"}` {
+		t.Errorf("echo: %q", got)
+	}
+}
+
 func TestHandshakeToolsAndEnv(t *testing.T) {
 	h, _ := newHosts(t, hosted.Options{})
 	if err := h.Add(pyDef(t, "py", map[string]string{"SECRET": "s3cret value", "SLOW_START": "1"})); err != nil {

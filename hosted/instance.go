@@ -64,6 +64,9 @@ type running struct {
 	started   time.Time
 	stopping  atomic.Bool
 	ended     chan struct{} // closed when the process ended
+	// startDone is closed when start returns: cs and started are set
+	// then (started stays zero when the start failed).
+	startDone chan struct{}
 	endWhy    string
 	progress  sync.Map // progress token → func(Progress)
 	// progressBarrier keeps progress ahead of results (transport.go).
@@ -334,9 +337,10 @@ func (in *instance) start(ctx context.Context, def Server, onProgress func(Progr
 	if err != nil {
 		return nil, fmt.Errorf("hosted server %s: %w", def.Name, err)
 	}
-	r = &running{def: def.clone(), defKey: def.runKey(), sessionID: s.ID, stderr: newTail(stderrTailBytes), ended: make(chan struct{}),
+	r = &running{def: def.clone(), defKey: def.runKey(), sessionID: s.ID, stderr: newTail(stderrTailBytes), ended: make(chan struct{}), startDone: make(chan struct{}),
 		progressBarrier: newBarrier()}
 	defer func() {
+		close(r.startDone)
 		if err != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			h.opts.Manager.Stop(ctx, in.owner, s.ID)
@@ -482,6 +486,12 @@ func (in *instance) install(ctx context.Context, def Server, id string, say func
 // relist lists r's tools, prompts and resources again after the server
 // said one of them changed.
 func (in *instance) relist(r *running) {
+	// A server may say its lists changed during the handshake, before
+	// start has its session; start's own listing comes after that.
+	<-r.startDone
+	if r.started.IsZero() {
+		return
+	}
 	r.relisting.Lock()
 	defer r.relisting.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), in.h.opts.HandshakeTimeout)

@@ -101,6 +101,9 @@ def main():
         method = req.get("method")
         if method == "initialize":
             time.sleep(float(os.environ.get("SLOW_START", "0")))
+            if os.environ.get("EARLY_LIST_CHANGED"):
+                # Before the handshake ends, as some servers do.
+                send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
             send({"jsonrpc": "2.0", "id": req["id"], "result": {
                 "protocolVersion": req["params"]["protocolVersion"],
                 # TOOLS_ONLY declares tools only; the prompts and
