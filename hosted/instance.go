@@ -339,8 +339,9 @@ func (in *instance) start(ctx context.Context, def Server, onProgress func(Progr
 	}
 	r = &running{def: def.clone(), defKey: def.runKey(), sessionID: s.ID, stderr: newTail(stderrTailBytes), ended: make(chan struct{}), startDone: make(chan struct{}),
 		progressBarrier: newBarrier()}
+	run := r // r is nil once a failed start returns
 	defer func() {
-		close(r.startDone)
+		close(run.startDone)
 		if err != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			h.opts.Manager.Stop(ctx, in.owner, s.ID)
